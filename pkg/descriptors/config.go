@@ -1,0 +1,76 @@
+package descriptors
+
+import "errors"
+
+// Config is a loaded, validated set of domains. It is immutable after Load
+// returns and safe for concurrent use; a reload builds a new Config.
+type Config struct {
+	// Files lists the files the config was loaded from, sorted.
+	Files []string
+	// Warnings lists problems that envoyproxy/ratelimit accepts and that do
+	// not stop loading (a replaces naming no limit, a rule with neither a
+	// limit nor children). Each is an *Error.
+	Warnings []error
+
+	domains map[string]*Domain
+}
+
+// Domain is the descriptor tree of one domain (one config file).
+type Domain struct {
+	// Name is the domain key.
+	Name string
+	// File is the file the domain came from.
+	File string
+	// FailureMode is the domain's failure_mode (a Sluice addition): "allow",
+	// "deny", or "" for unset (the RPC layer then returns UNAVAILABLE).
+	FailureMode string
+	// Rules are the top-level descriptors, in config order.
+	Rules []*Rule
+}
+
+// Rule is one node of a descriptor tree: a key, an optional value, and the
+// flags and limit set on it.
+type Rule struct {
+	// Key and Value are the node's key and value; Value is "" for a key-only
+	// node, which matches any value.
+	Key, Value string
+	// Wildcard reports that Value contains '*', each standing for any run of
+	// characters.
+	Wildcard bool
+	// FullKey names the rule the way envoyproxy/ratelimit names it in stats:
+	// "domain.key_value.key2" (a key-only level is just "key").
+	FullKey string
+	// Limit is the rule's rate_limit, nil when the node has none or is
+	// Unlimited. A matched rule with a nil Limit is not counted.
+	Limit *Limit
+	// Unlimited is rate_limit.unlimited: matched, never limited, not counted.
+	Unlimited bool
+	// ShadowMode, QuotaMode, DetailedMetric, ValueToMetric and
+	// ShareThreshold are the node's shadow_mode, quota_mode, detailed_metric,
+	// value_to_metric and share_threshold.
+	ShadowMode, QuotaMode, DetailedMetric, ValueToMetric, ShareThreshold bool
+	// Metadata is the node's metadata block as decoded YAML (maps, lists,
+	// strings, numbers, bools), nil when unset.
+	Metadata map[string]any
+	// Children are the nested descriptors, in config order.
+	Children []*Rule
+	// Lineage is the path from the domain root to this rule: Lineage[0] is a
+	// top-level rule and Lineage[len-1] is this rule, so a request entry i
+	// matched by this rule's walk matched Lineage[i].
+	Lineage []*Rule
+	// File, Line and Column locate the node in its config file (1-based).
+	File         string
+	Line, Column int
+}
+
+// Error is one problem in a config file. Error() formats it as
+// "file:line:col: path: message", which editors and CI annotations
+// understand.
+type Error struct {
+	File         string
+	Line, Column int    // 1-based, from the yaml.Node
+	Path         string // e.g. "descriptors[1].rate_limit.unit"
+	Msg          string
+}
+
+var errNotImplemented = errors.New("descriptors: not implemented")

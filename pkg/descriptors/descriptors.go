@@ -1,0 +1,98 @@
+package descriptors
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Entry is one key/value pair of a request descriptor, as in Envoy's
+// RateLimitDescriptor.Entry.
+type Entry struct {
+	Key, Value string
+}
+
+// Unit is the unit of a rate limit (rate_limit.unit). The zero value is
+// UnitUnknown, which no loaded Rule carries.
+type Unit uint8
+
+// The units of envoyproxy/ratelimit, in the order of Envoy's
+// RateLimitResponse.RateLimit.Unit enum (so Unit(n) is proto value n).
+const (
+	UnitUnknown Unit = iota
+	Second
+	Minute
+	Hour
+	Day
+	Month // 30 days
+	Year  // 365 days
+	Week  // 7 days
+)
+
+var unitNames = [...]string{"unknown", "second", "minute", "hour", "day", "month", "year", "week"}
+
+// String returns the config spelling of u ("second", ..., "year").
+func (u Unit) String() string {
+	if int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return fmt.Sprintf("unit(%d)", uint8(u))
+}
+
+// Duration returns the length of one u: a month is 30 days and a year 365
+// days, as in envoyproxy/ratelimit. It returns 0 for UnitUnknown.
+func (u Unit) Duration() time.Duration {
+	const day = 24 * time.Hour
+	switch u {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	case Day:
+		return day
+	case Week:
+		return 7 * day
+	case Month:
+		return 30 * day
+	case Year:
+		return 365 * day
+	}
+	return 0
+}
+
+// ParseUnit returns the Unit spelled s, case-insensitively ("minute",
+// "MINUTE"), and false for anything else.
+func ParseUnit(s string) (Unit, bool) {
+	s = strings.ToLower(s)
+	for u := Second; int(u) < len(unitNames); u++ {
+		if unitNames[u] == s {
+			return u, true
+		}
+	}
+	return UnitUnknown, false
+}
+
+// Limit is the rate_limit block of a rule: RequestsPerUnit hits per
+// UnitMultiplier units.
+type Limit struct {
+	// RequestsPerUnit is rate_limit.requests_per_unit. 0 is valid and denies
+	// every hit.
+	RequestsPerUnit uint32
+	// Unit is rate_limit.unit.
+	Unit Unit
+	// UnitMultiplier is rate_limit.unit_multiplier, a Sluice addition for
+	// windows like 30 s or 5 minutes. Loaded rules always have it >= 1.
+	UnitMultiplier uint32
+	// Name is rate_limit.name, "" when unset.
+	Name string
+	// Replaces lists the names in rate_limit.replaces[].name.
+	Replaces []string
+}
+
+// Window returns the length of the limit's window: Unit times
+// UnitMultiplier (at least 1).
+func (l *Limit) Window() time.Duration {
+	return l.Unit.Duration() * time.Duration(max(l.UnitMultiplier, 1))
+}

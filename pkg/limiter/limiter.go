@@ -1,0 +1,112 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names the counting algorithm of a Limit. The zero value is
+// SlidingWindow, the default of DESIGN.md section 3.
+type Algorithm uint8
+
+const (
+	// SlidingWindow is the sliding window counter: the count of the current
+	// fixed window plus the count of the previous one weighted by the share of
+	// it that still overlaps the sliding window.
+	SlidingWindow Algorithm = iota
+)
+
+// String returns the algorithm's config spelling ("sliding_window").
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding_window"
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// Limit is one rate limit: at most Requests hits in any Window.
+//
+// Requests of 0 is valid and denies every hit (envoyproxy/ratelimit's
+// requests_per_unit: 0). Window must be a positive whole number of
+// milliseconds; Validate reports otherwise. Windows are aligned to the Unix
+// epoch, as Envoy's units are.
+type Limit struct {
+	Requests  uint64
+	Window    time.Duration
+	Algorithm Algorithm
+}
+
+// Validate returns an error naming the field when l cannot be evaluated: a
+// Window that is not a positive whole number of milliseconds, or an unknown
+// Algorithm.
+func (l Limit) Validate() error {
+	if l.Window <= 0 || l.Window%time.Millisecond != 0 {
+		return fmt.Errorf("limiter: window %v is not a positive whole number of milliseconds", l.Window)
+	}
+	if l.Algorithm != SlidingWindow {
+		return fmt.Errorf("limiter: unknown algorithm %v", l.Algorithm)
+	}
+	return nil
+}
+
+// Hit asks for Hits units of one Limit on the counter named by Key.
+//
+// The counter's identity is (Key, Limit.Window, Limit.Algorithm): two hits with
+// the same Key but different windows count separately. Key is opaque to the
+// store; any bytes are allowed, the empty string included.
+type Hit struct {
+	// Key names the counter (without window or algorithm).
+	Key string
+	// Limit is checked against the counter.
+	Limit Limit
+	// Hits is the number of units to add (hits_addend). 0 only checks.
+	Hits uint64
+	// Refund makes the hit lower the counter by Hits instead (never below
+	// zero), as Envoy's is_negative_hits does. A refund never denies.
+	Refund bool
+	// Shadow makes the hit count like any other but never deny the request
+	// (shadow mode). Its Result still says whether it would have denied.
+	Shadow bool
+}
+
+// Result is the outcome of one Hit.
+type Result struct {
+	// Allowed reports whether this hit's limit admits it. A request is
+	// admitted only when every enforced (non-shadow) hit is Allowed; so an
+	// Allowed hit may belong to a denied request, and then consumed nothing.
+	Allowed bool
+	// ExceedsLimit reports a hit larger than the limit itself (Hits >
+	// Requests): no wait will ever admit it. Allowed is false and RetryAfter
+	// is one Window.
+	ExceedsLimit bool
+	// Remaining is how many more hits the limit admits right now, after this
+	// request's outcome: floor(Requests - estimate), and 0 when the hit is not
+	// Allowed.
+	Remaining uint64
+	// ResetAfter is the time until Remaining is back to the full Requests with
+	// no further traffic. Whole milliseconds.
+	ResetAfter time.Duration
+	// RetryAfter is the time, with no further traffic, until the same hit
+	// would be Allowed. Zero when Allowed. Whole milliseconds.
+	RetryAfter time.Duration
+}
+
+// Store decides a set of hits against their counters. Implementations must be
+// safe for concurrent use.
+type Store interface {
+	// Apply evaluates every hit and, only if every enforced hit is admitted,
+	// consumes them all (all or nothing). It returns one Result per hit, in
+	// input order. Hits with the same counter identity share one increment:
+	// the largest Hits among them. Apply returns an error wrapping
+	// ErrStoreUnavailable when the backing store fails; then no Result is
+	// valid and nothing is known to have been consumed.
+	Apply(ctx context.Context, hits []Hit) ([]Result, error)
+}
+
+// ErrStoreUnavailable is wrapped by the errors a Store returns when its
+// backend fails or times out. The RPC layer maps it to the domain's failure
+// mode.
+var ErrStoreUnavailable = errors.New("limiter: store unavailable")
