@@ -54,7 +54,34 @@ func Evaluate(nowMs int64, hits []Hit, counters []Counter) (results []Result, ne
 	}
 	results = make([]Result, len(hits))
 	next = make([]Counter, len(hits))
-	leader := groupLeaders(hits)
+	var sc evalScratch
+	admitted = evaluate(nowMs, hits, counters, results, next, &sc)
+	return results, next, admitted
+}
+
+// evalScratch holds the per-call working memory of evaluate, so that a Store
+// can reuse it across calls instead of allocating it on every request.
+type evalScratch struct {
+	leader   []int
+	inc, dec []uint64
+}
+
+// grow returns s resliced to n elements, all zero, reallocating only when
+// its capacity is too small.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// evaluate is Evaluate writing into results and next (both len(hits)) and
+// using sc for its working memory. Limits must already Validate.
+func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, next []Counter, sc *evalScratch) (admitted bool) {
+	sc.leader = groupLeaders(hits, grow(sc.leader, len(hits)))
+	leader := sc.leader
 
 	// Roll every counter into the current window and decide each hit.
 	admitted = true
@@ -80,8 +107,9 @@ func Evaluate(nowMs int64, hits []Hit, counters []Counter) (results []Result, ne
 	// Consume: one increment (the largest) and one refund (the largest) per
 	// counter, applied once to the group leader's state.
 	if admitted {
-		inc := make([]uint64, len(hits))
-		dec := make([]uint64, len(hits))
+		sc.inc = grow(sc.inc, len(hits))
+		sc.dec = grow(sc.dec, len(hits))
+		inc, dec := sc.inc, sc.dec
 		for i, h := range hits {
 			l := leader[i]
 			if h.Refund {
@@ -117,7 +145,7 @@ func Evaluate(nowMs int64, hits []Hit, counters []Counter) (results []Result, ne
 		}
 		results[i].ResetAfter = time.Duration(slidingResetAfter(next[i], w, e)) * time.Millisecond
 	}
-	return results, next, admitted
+	return admitted
 }
 
 // slidingDecide reports whether n more hits fit under limit on counter c
@@ -179,9 +207,9 @@ func slidingResetAfter(c Counter, w, e int64) int64 {
 	return 0
 }
 
-// groupLeaders maps each hit to the first hit with the same counter identity.
-func groupLeaders(hits []Hit) []int {
-	leader := make([]int, len(hits))
+// groupLeaders maps each hit to the first hit with the same counter identity,
+// writing into leader (len(hits)) and returning it.
+func groupLeaders(hits []Hit, leader []int) []int {
 	type id struct {
 		key string
 		w   time.Duration
