@@ -1,0 +1,450 @@
+// Package redistest starts real redis-server processes for tests: a shared
+// standalone server (Addr), a shared 3-master Redis Cluster (Cluster), and
+// private servers a test may stop and start again (Start).
+//
+// Servers listen on free loopback ports, never on fixed ones, keep no data on
+// disk (--save "" --appendonly no), and die with the test binary. Tests that
+// share a server must use their own key prefix (see Prefix) instead of
+// FLUSHALL, so t.Parallel is safe. Nothing here skips: a missing redis-server
+// fails the test with a one-line fix.
+//
+// The package speaks just enough RESP (Do) to wait for readiness; it does not
+// import go-redis, which only pkg/redis imports.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvAddr names the environment variable that points tests at an existing
+// standalone Redis ("host:port") instead of a redis-server they start.
+const EnvAddr = "RLS_TEST_REDIS_ADDR"
+
+const notFound = "redis-server not found: run 'make test' (it installs it) or 'apt-get install redis-server'"
+
+// startTimeout bounds how long a server may take to answer PING (or a cluster
+// to reach cluster_state:ok); -race on 2 cores is slow.
+const startTimeout = 20 * time.Second
+
+var (
+	shared struct {
+		once sync.Once
+		srv  *Server
+		err  error
+	}
+	cluster struct {
+		once  sync.Once
+		nodes []*Server
+		addrs []string
+		err   error
+	}
+	// live holds every server started by this process, for Main to stop.
+	live   sync.Map // *Server -> struct{}
+	prefix atomic.Int64
+)
+
+// Main runs the tests of m and then stops every server this package started.
+// Use it from TestMain: func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }.
+// Without it the servers still die with the test binary (they are started
+// with a parent-death signal), but their temporary directories stay behind.
+func Main(m *testing.M) int {
+	code := m.Run()
+	live.Range(func(k, _ any) bool {
+		k.(*Server).Close()
+		return true
+	})
+	return code
+}
+
+// Addr returns the address of a standalone Redis for t: $RLS_TEST_REDIS_ADDR
+// when it is set, else one redis-server per test binary, started on first use
+// on a free loopback port. It fails t when redis-server is not on PATH or does
+// not start.
+func Addr(t testing.TB) string {
+	t.Helper()
+	if a := os.Getenv(EnvAddr); a != "" {
+		return a
+	}
+	shared.once.Do(func() {
+		shared.srv, shared.err = newServer()
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.srv.Addr()
+}
+
+// Cluster returns the seed addresses of a 3-master Redis Cluster (no
+// replicas) shared by the test binary and started on first use: three
+// redis-server processes with --cluster-enabled yes, joined with
+// 'redis-cli --cluster create ... --cluster-yes', ready once every node
+// reports cluster_state:ok. It fails t when that does not happen.
+func Cluster(t testing.TB) []string {
+	t.Helper()
+	cluster.once.Do(func() {
+		cluster.nodes, cluster.addrs, cluster.err = newCluster()
+	})
+	if cluster.err != nil {
+		t.Fatal(cluster.err)
+	}
+	return append([]string(nil), cluster.addrs...)
+}
+
+// Start starts a private standalone redis-server for t and stops it in
+// t.Cleanup. Unlike Addr it ignores $RLS_TEST_REDIS_ADDR, since a test that
+// stops and restarts its server needs to own it.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := newServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Prefix returns a key prefix unique within the test binary and across
+// runs against the same Redis, built from name (use t.Name()).
+func Prefix(name string) string {
+	return fmt.Sprintf("t:%s:%d:%d:", strings.NewReplacer("{", "(", "}", ")", " ", "_").Replace(name),
+		os.Getpid(), prefix.Add(1))
+}
+
+// Server is one redis-server process on a fixed loopback port. It can be
+// stopped and started again on the same port, to test reconnection. Its
+// methods are safe for concurrent use.
+type Server struct {
+	mu      sync.Mutex
+	port    int
+	dir     string
+	extra   []string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	stopped bool
+}
+
+// Addr returns the server's "127.0.0.1:port".
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Stop kills the server and waits for it to exit. Its data is lost (there is
+// no persistence). Stop on a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *Server) stopLocked() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Start starts a stopped server again on the same port and waits until it
+// answers PING. It returns an error when the port was taken meanwhile or the
+// server does not come up.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	return s.startLocked()
+}
+
+// Close stops the server for good and removes its directory.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+	if !s.stopped {
+		s.stopped = true
+		_ = os.RemoveAll(s.dir)
+		live.Delete(s)
+	}
+}
+
+func (s *Server) startLocked() error {
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		"--protected-mode", "no",
+	}, s.extra...)
+	cmd := exec.Command("redis-server", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	done := make(chan struct{})
+	if err := startLocked(cmd, done); err != nil {
+		return fmt.Errorf("start redis-server on port %d: %w", s.port, err)
+	}
+	s.cmd, s.done = cmd, done
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if _, err := Do(s.Addr(), "PING"); err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			s.cmd = nil
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, lastLines(string(log), 3))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stopLocked()
+			return fmt.Errorf("redis-server on port %d did not answer PING within %v", s.port, startTimeout)
+		}
+	}
+}
+
+// starter is a goroutine locked to its OS thread for the life of the process:
+// a child's Pdeathsig fires when the thread that forked it exits, so every
+// redis-server is forked from this thread and dies only with the process.
+var starter struct {
+	once sync.Once
+	reqs chan startReq
+}
+
+type startReq struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  chan error
+}
+
+func startLocked(cmd *exec.Cmd, done chan struct{}) error {
+	starter.once.Do(func() {
+		starter.reqs = make(chan startReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread must outlive the children
+			for r := range starter.reqs {
+				r.err <- r.cmd.Start()
+				if r.cmd.Process != nil {
+					go func(r startReq) { _ = r.cmd.Wait(); close(r.done) }(r)
+				}
+			}
+		}()
+	})
+	r := startReq{cmd: cmd, done: done, err: make(chan error, 1)}
+	starter.reqs <- r
+	return <-r.err
+}
+
+// newServer starts a redis-server on a free port, trying other ports when the
+// chosen one is taken before redis-server binds it.
+func newServer(extra ...string) (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New(notFound)
+	}
+	var last error
+	for range 5 {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		s, err := startOn(ports[0], extra...)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+func startOn(port int, extra ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{port: port, dir: dir}
+	for _, a := range extra {
+		s.extra = append(s.extra, strings.ReplaceAll(a, "$DIR", dir))
+	}
+	if err := s.startLocked(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	live.Store(s, struct{}{})
+	return s, nil
+}
+
+func newCluster() ([]*Server, []string, error) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		return nil, nil, errors.New("redis-cli not found: run 'make test' (it installs it) or 'apt-get install redis-tools'")
+	}
+	var last error
+	for range 3 {
+		nodes, addrs, err := tryCluster()
+		if err == nil {
+			return nodes, addrs, nil
+		}
+		last = err
+	}
+	return nil, nil, last
+}
+
+func tryCluster() (nodes []*Server, addrs []string, err error) {
+	defer func() {
+		if err != nil {
+			for _, n := range nodes {
+				n.Close()
+			}
+		}
+	}()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, nil, errors.New(notFound)
+	}
+	ports, err := freePorts(6) // 3 client ports and 3 cluster bus ports
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range 3 {
+		n, err := startOn(ports[i], "--cluster-enabled", "yes",
+			"--cluster-config-file", "$DIR/nodes.conf",
+			"--cluster-port", strconv.Itoa(ports[3+i]),
+			"--cluster-node-timeout", "5000")
+		if err != nil {
+			return nodes, nil, err
+		}
+		nodes = append(nodes, n)
+		addrs = append(addrs, n.Addr())
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		return nodes, nil, fmt.Errorf("redis-cli --cluster create %v: %w: %s", addrs, err, lastLines(string(out), 3))
+	}
+	deadline := time.Now().Add(startTimeout)
+	for _, a := range addrs {
+		for {
+			info, err := Do(a, "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info.(string), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nodes, nil, fmt.Errorf("cluster node %s not ok within %v: %v %v", a, startTimeout, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes, addrs, nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+// redis-server has no "--port 0", so the port is picked here and a start that
+// loses the race is retried by the caller.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		if p > 55535 { // the cluster bus would default to port+10000: keep it valid
+			continue
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Do sends one command to addr over a new connection and returns the reply:
+// a string for simple and bulk strings, int64 for integers, nil for a null,
+// []any for arrays, and an error for an error reply. It is for readiness
+// checks and test setup, not for speed.
+func Do(addr string, args ...string) (any, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return nil, err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("redistest: empty reply line")
+	}
+	switch line[0] {
+	case '+':
+		return line[1:], nil
+	case '-':
+		return nil, errors.New(line[1:])
+	case ':':
+		return strconv.ParseInt(line[1:], 10, 64)
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("redistest: unexpected reply %q", line)
+}
