@@ -102,8 +102,23 @@ type Store interface {
 	// input order. Hits with the same counter identity share one increment:
 	// the largest Hits among them. Apply returns an error wrapping
 	// ErrStoreUnavailable when the backing store fails; then no Result is
-	// valid and nothing is known to have been consumed.
+	// valid and nothing is known to have been consumed. It returns an error
+	// and consumes nothing when a hit's Limit does not Validate.
 	Apply(ctx context.Context, hits []Hit) ([]Result, error)
+}
+
+// Allow asks s for one hit on the counter named key under l and returns its
+// Result: the plain-library form of Store.Apply for a single limit. It is
+// safe for concurrent use if s is, and returns Apply's error unchanged.
+func Allow(ctx context.Context, s Store, key string, l Limit) (Result, error) {
+	res, err := s.Apply(ctx, []Hit{{Key: key, Limit: l, Hits: 1}})
+	if err != nil {
+		return Result{}, err
+	}
+	if len(res) != 1 {
+		return Result{}, fmt.Errorf("limiter: store returned %d results for 1 hit: %w", len(res), ErrStoreUnavailable)
+	}
+	return res[0], nil
 }
 
 // ErrStoreUnavailable is wrapped by the errors a Store returns when its

@@ -1,0 +1,488 @@
+// Package limitertest holds the contract suite that every limiter.Store must
+// pass: TestStore. It imports only the standard library and pkg/limiter, so
+// pkg/redis and the in-memory store's tests can both run it.
+package limitertest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// TestStore runs the limiter.Store contract against stores made by newStore.
+//
+// Every subtest builds its own store with newStore, passing a fake clock that
+// the store must use as its only time source (Now().UnixMilli(); a Redis store
+// passes it to its script as the explicit now argument), and moves that clock
+// instead of sleeping. The clock starts at the start of an hour, between one
+// and two hours after the real time, and only moves forward by at most a few
+// hours, so a store that derives key expiry from either clock keeps its keys
+// alive for the test.
+//
+// Subtests call t.Parallel and prefix every key with random bytes, so one
+// Redis server can be shared by the subtests and by parallel runs of the
+// suite without flushing. (The subtest of unusual keys also uses literal keys
+// such as the empty string; it makes them unique with a random window.)
+//
+// The suite checks, with exact Result values compared against limiter.Evaluate
+// run on a model of the counters and against hand-computed values: the
+// sliding window decision and rollover, all or nothing across keys, shared
+// increments on one counter, shadow hits, refunds, check-only hits, hits over
+// the limit, invalid limits, concurrent requests on one counter (exactly the
+// limit is admitted) and across counters (atomic), and the independence of
+// keys holding unusual bytes. newStore may call t.Fatal; it should register
+// any cleanup with t.Cleanup.
+func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) {
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, *env)
+	}{
+		{"NoHits", testNoHits},
+		{"UpToTheLimit", testUpToTheLimit},
+		{"RetryAfterIsExact", testRetryAfterIsExact},
+		{"Rollover", testRollover},
+		{"GapResets", testGapResets},
+		{"AllOrNothing", testAllOrNothing},
+		{"SameCounterShares", testSameCounterShares},
+		{"Shadow", testShadow},
+		{"Refund", testRefund},
+		{"CheckOnly", testCheckOnly},
+		{"ExceedsLimit", testExceedsLimit},
+		{"InvalidLimit", testInvalidLimit},
+		{"RandomSequence", testRandomSequence},
+		{"ConcurrentOneCounter", testConcurrentOneCounter},
+		{"ConcurrentAllOrNothing", testConcurrentAllOrNothing},
+		{"UnusualKeys", testUnusualKeys},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newEnv(t, newStore))
+		})
+	}
+}
+
+// Clock is a fake clock safe for concurrent use.
+type clock struct{ ms atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// env is one subtest's store, clock, key prefix and model of the counters.
+type env struct {
+	t      *testing.T
+	clk    *clock
+	store  limiter.Store
+	prefix string
+
+	mu       sync.Mutex
+	counters map[counterID]limiter.Counter
+}
+
+type counterID struct {
+	key    string
+	window time.Duration
+	alg    limiter.Algorithm
+}
+
+func newEnv(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) *env {
+	clk := &clock{}
+	hour := time.Hour.Milliseconds()
+	clk.ms.Store((time.Now().UnixMilli()/hour + 2) * hour)
+	e := &env{
+		t:        t,
+		clk:      clk,
+		prefix:   fmt.Sprintf("limitertest:%016x:", rand.Uint64()),
+		counters: make(map[counterID]limiter.Counter),
+	}
+	e.store = newStore(t, clk.now)
+	return e
+}
+
+func (e *env) key(s string) string { return e.prefix + s }
+
+// apply runs hits on the store, checks the Results against the model and
+// updates the model; it returns the store's Results.
+func (e *env) apply(hits ...limiter.Hit) []limiter.Result {
+	e.t.Helper()
+	got, err := e.store.Apply(context.Background(), hits)
+	if err != nil {
+		e.t.Fatalf("Apply(%s) error: %v", describe(hits), err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	counters := make([]limiter.Counter, len(hits))
+	for i, h := range hits {
+		counters[i] = e.counters[idOf(h)]
+	}
+	want, next, admitted := limiter.Evaluate(e.clk.ms.Load(), hits, counters)
+	if !reflect.DeepEqual(got, want) {
+		e.t.Fatalf("Apply(%s) = %+v, want %+v (limiter.Evaluate)", describe(hits), got, want)
+	}
+	if admitted {
+		for i, h := range hits {
+			e.counters[idOf(h)] = next[i]
+		}
+	}
+	return got
+}
+
+// expect runs hits and checks the Results against hand-computed values too.
+func (e *env) expect(hits []limiter.Hit, want ...limiter.Result) {
+	e.t.Helper()
+	if got := e.apply(hits...); !reflect.DeepEqual(got, want) {
+		e.t.Fatalf("Apply(%s) = %+v, want %+v", describe(hits), got, want)
+	}
+}
+
+func idOf(h limiter.Hit) counterID { return counterID{h.Key, h.Limit.Window, h.Limit.Algorithm} }
+
+func describe(hits []limiter.Hit) string {
+	var b strings.Builder
+	for i, h := range hits {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		k := h.Key
+		if len(k) > 40 {
+			k = fmt.Sprintf("%s...(%d bytes)", k[:40], len(k))
+		}
+		fmt.Fprintf(&b, "{%q %d/%v hits=%d refund=%v shadow=%v}", k, h.Limit.Requests, h.Limit.Window, h.Hits, h.Refund, h.Shadow)
+	}
+	return "[" + b.String() + "]"
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func limit(n uint64, w time.Duration) limiter.Limit { return limiter.Limit{Requests: n, Window: w} }
+
+func hit(key string, l limiter.Limit, n uint64) limiter.Hit {
+	return limiter.Hit{Key: key, Limit: l, Hits: n}
+}
+
+func testNoHits(t *testing.T, e *env) {
+	got, err := e.store.Apply(context.Background(), nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Apply(nil) = %v, %v, want no results and no error", got, err)
+	}
+}
+
+func testUpToTheLimit(t *testing.T, e *env) {
+	l := limit(3, time.Minute)
+	h := []limiter.Hit{hit(e.key("a"), l, 1)}
+	e.expect(h, limiter.Result{Allowed: true, Remaining: 2, ResetAfter: ms(120_000)})
+	e.expect(h, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	e.expect(h, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(120_000)})
+	// Next window at 20 s: 3*(40/60) + 1 = 3.
+	e.expect(h, limiter.Result{RetryAfter: ms(80_000), ResetAfter: ms(120_000)})
+	// Denied hits consume nothing, so the answer stays the same.
+	e.expect(h, limiter.Result{RetryAfter: ms(80_000), ResetAfter: ms(120_000)})
+}
+
+func testRetryAfterIsExact(t *testing.T, e *env) {
+	l := limit(5, 10*time.Second)
+	h := []limiter.Hit{hit(e.key("a"), l, 2)}
+	e.clk.advance(ms(3_000))
+	e.apply(h...)
+	e.apply(h...)
+	res := e.apply(h...)
+	if res[0].Allowed || res[0].RetryAfter <= time.Millisecond {
+		t.Fatalf("third hit of 2 on 5/10s = %+v, want denied with RetryAfter > 1ms", res[0])
+	}
+	e.clk.advance(res[0].RetryAfter - time.Millisecond)
+	if res := e.apply(h...); res[0].Allowed {
+		t.Fatalf("1 ms before RetryAfter: %+v, want denied", res[0])
+	}
+	e.clk.advance(time.Millisecond)
+	if res := e.apply(h...); !res[0].Allowed {
+		t.Fatalf("at RetryAfter: %+v, want Allowed", res[0])
+	}
+}
+
+func testRollover(t *testing.T, e *env) {
+	l := limit(10, time.Minute)
+	e.expect([]limiter.Hit{hit(e.key("a"), l, 10)}, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
+	// Half way into the next window the 10 weigh 5.
+	e.clk.advance(ms(90_000))
+	h := []limiter.Hit{hit(e.key("a"), l, 1)}
+	for i := range 5 {
+		e.expect(h, limiter.Result{Allowed: true, Remaining: uint64(4 - i), ResetAfter: ms(90_000)})
+	}
+	// Same window at 36 s: 10*(24/60) + 5 + 1 = 10.
+	e.expect(h, limiter.Result{RetryAfter: ms(6_000), ResetAfter: ms(90_000)})
+	e.clk.advance(ms(6_000))
+	e.expect(h, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(84_000)})
+}
+
+func testGapResets(t *testing.T, e *env) {
+	l := limit(10, time.Minute)
+	h := []limiter.Hit{hit(e.key("a"), l, 10)}
+	e.expect(h, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
+	e.clk.advance(ms(60_000 + 59_999))
+	e.expect(h, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(1)})
+	e.clk.advance(ms(1))
+	e.expect(h, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
+	e.clk.advance(5 * time.Minute)
+	e.expect(h, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
+}
+
+func testAllOrNothing(t *testing.T, e *env) {
+	a, b, c := e.key("a"), e.key("b"), e.key("c")
+	ten, two := limit(10, time.Minute), limit(2, time.Minute)
+	perSecond := limit(10, time.Second)
+	e.apply(hit(b, two, 2))
+	req := []limiter.Hit{hit(a, ten, 1), hit(b, two, 1), hit(c, perSecond, 1), hit(a, perSecond, 1)}
+	for range 3 {
+		e.expect(req,
+			limiter.Result{Allowed: true, Remaining: 10},
+			limiter.Result{RetryAfter: ms(90_000), ResetAfter: ms(120_000)},
+			limiter.Result{Allowed: true, Remaining: 10},
+			limiter.Result{Allowed: true, Remaining: 10},
+		)
+	}
+	// Without b the same counters consume.
+	e.expect([]limiter.Hit{req[0], req[2], req[3]},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(2_000)},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(2_000)},
+	)
+}
+
+func testSameCounterShares(t *testing.T, e *env) {
+	k := e.key("k")
+	l := limit(10, time.Minute)
+	e.expect([]limiter.Hit{hit(k, l, 2), hit(k, l, 5), hit(k, limit(10, time.Second), 3)},
+		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, Remaining: 7, ResetAfter: ms(2_000)},
+	)
+	// Each hit is checked against its own limit: the larger one denies.
+	e.expect([]limiter.Hit{hit(k, l, 1), hit(k, limit(8, time.Minute), 4)},
+		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(120_000)},
+		limiter.Result{RetryAfter: ms(60_000 + 12_000), ResetAfter: ms(120_000)},
+	)
+	e.expect([]limiter.Hit{hit(k, l, 5), hit(k, l, 5)},
+		limiter.Result{Allowed: true, ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, ResetAfter: ms(120_000)},
+	)
+}
+
+func testShadow(t *testing.T, e *env) {
+	a, s := e.key("a"), e.key("s")
+	ten, one := limit(10, time.Minute), limit(1, time.Minute)
+	shadow := limiter.Hit{Key: s, Limit: one, Hits: 1, Shadow: true}
+	e.expect([]limiter.Hit{hit(a, ten, 1), shadow},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(120_000)},
+	)
+	// Over its limit, the shadow hit reports it but the request is admitted
+	// and the shadow counter still counts (2, then 3).
+	for range 2 {
+		e.apply(hit(a, ten, 1), shadow)
+	}
+	e.expect([]limiter.Hit{hit(s, limit(3, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(120_000)})
+	e.expect([]limiter.Hit{hit(s, limit(4, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	// A request that an enforced limit denies does not count its shadow hits.
+	e.apply(hit(a, ten, 7))
+	for range 2 {
+		e.apply(hit(a, ten, 1), shadow)
+	}
+	e.expect([]limiter.Hit{hit(s, limit(4, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	// Only shadow hits: never denied.
+	e.apply(limiter.Hit{Key: s, Limit: one, Hits: 100, Shadow: true})
+}
+
+func testRefund(t *testing.T, e *env) {
+	k := e.key("k")
+	l := limit(10, time.Minute)
+	e.apply(hit(k, l, 5))
+	refund := func(n uint64) limiter.Hit { return limiter.Hit{Key: k, Limit: l, Hits: n, Refund: true} }
+	e.expect([]limiter.Hit{refund(2)}, limiter.Result{Allowed: true, Remaining: 7, ResetAfter: ms(120_000)})
+	e.expect([]limiter.Hit{refund(100)}, limiter.Result{Allowed: true, Remaining: 10})
+	for range 10 {
+		e.apply(hit(k, l, 1))
+	}
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(66_000), ResetAfter: ms(120_000)})
+	// A refund lowers only the current window.
+	e.clk.advance(ms(90_000))
+	e.expect([]limiter.Hit{hit(k, l, 3), refund(3)},
+		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)},
+		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)},
+	)
+	e.expect([]limiter.Hit{refund(1)}, limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)})
+}
+
+func testCheckOnly(t *testing.T, e *env) {
+	k := e.key("k")
+	l := limit(4, time.Minute)
+	check := []limiter.Hit{hit(k, l, 0)}
+	e.expect(check, limiter.Result{Allowed: true, Remaining: 4})
+	e.apply(hit(k, l, 4))
+	for range 3 {
+		e.expect(check, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(120_000)})
+	}
+}
+
+func testExceedsLimit(t *testing.T, e *env) {
+	a, k := e.key("a"), e.key("k")
+	ten := limit(10, time.Minute)
+	e.expect([]limiter.Hit{hit(a, ten, 1), hit(k, ten, 11)},
+		limiter.Result{Allowed: true, Remaining: 10},
+		limiter.Result{ExceedsLimit: true, RetryAfter: ms(60_000)},
+	)
+	e.expect([]limiter.Hit{hit(k, limit(0, time.Minute), 1)},
+		limiter.Result{ExceedsLimit: true, RetryAfter: ms(60_000)})
+	e.expect([]limiter.Hit{hit(a, ten, 10)}, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
+}
+
+func testInvalidLimit(t *testing.T, e *env) {
+	k := e.key("k")
+	l := limit(1, time.Minute)
+	for _, bad := range []limiter.Limit{
+		{Requests: 1},
+		{Requests: 1, Window: -time.Second},
+		{Requests: 1, Window: 1500 * time.Microsecond},
+		{Requests: 1, Window: time.Minute, Algorithm: 200},
+	} {
+		hits := []limiter.Hit{hit(k, l, 1), hit(e.key("bad"), bad, 1)}
+		if res, err := e.store.Apply(context.Background(), hits); err == nil {
+			t.Errorf("Apply(%s) = %+v, want an error", describe(hits), res)
+		}
+	}
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
+}
+
+// testRandomSequence drives a few counters with random requests and clock
+// moves; apply compares every Result with limiter.Evaluate.
+func testRandomSequence(t *testing.T, e *env) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 0))
+	keys := []string{e.key("a"), e.key("b"), e.key("c")}
+	limits := []limiter.Limit{limit(5, time.Second), limit(20, time.Minute), limit(3, 7*time.Second), limit(0, time.Minute)}
+	for range 400 {
+		n := 1 + r.IntN(4)
+		hits := make([]limiter.Hit, n)
+		for i := range hits {
+			l := limits[r.IntN(len(limits))]
+			h := limiter.Hit{Key: keys[r.IntN(len(keys))], Limit: l, Hits: uint64(r.IntN(4))}
+			switch r.IntN(8) {
+			case 0:
+				h.Refund = true
+			case 1:
+				h.Shadow = true
+			}
+			hits[i] = h
+		}
+		e.apply(hits...)
+		switch r.IntN(6) {
+		case 0:
+			e.clk.advance(ms(1 + r.Int64N(1_000)))
+		case 1:
+			e.clk.advance(ms(r.Int64N(30_000)))
+		case 2:
+			e.clk.advance(ms(r.Int64N(3)))
+		}
+	}
+}
+
+func testConcurrentOneCounter(t *testing.T, e *env) {
+	const goroutines, limitN = 400, 100
+	h := hit(e.key("k"), limit(limitN, time.Minute), 1)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			res, err := e.store.Apply(context.Background(), []limiter.Hit{h})
+			if err != nil {
+				t.Errorf("Apply error: %v", err)
+				return
+			}
+			if res[0].Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != limitN {
+		t.Errorf("%d concurrent hits on %d/min admitted %d, want %d", goroutines, limitN, got, limitN)
+	}
+}
+
+func testConcurrentAllOrNothing(t *testing.T, e *env) {
+	const goroutines = 300
+	a, b := hit(e.key("a"), limit(50, time.Minute), 1), hit(e.key("b"), limit(100, time.Minute), 1)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		hits := []limiter.Hit{a, b}
+		if i%2 == 1 {
+			hits = []limiter.Hit{b, a} // the other order must not deadlock
+		}
+		wg.Go(func() {
+			res, err := e.store.Apply(context.Background(), hits)
+			if err != nil {
+				t.Errorf("Apply error: %v", err)
+				return
+			}
+			if res[0].Allowed && res[1].Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 50 {
+		t.Errorf("admitted %d requests on 50/min and 100/min, want 50", got)
+	}
+	// b consumed exactly with a: 50 left of 100.
+	check := b
+	check.Hits = 0
+	res, err := e.store.Apply(context.Background(), []limiter.Hit{check})
+	if err != nil || res[0].Remaining != 50 {
+		t.Errorf("after the race, check-only hit on b = %+v, %v, want Remaining 50", res, err)
+	}
+}
+
+func testUnusualKeys(t *testing.T, e *env) {
+	odd := []string{
+		"", "{", "}", "{}", "}{", "|", "||", ":", "a", "b", "a|b", "a:b", "a{b}", "_", "=",
+		"\x00", "a\x00b", "\xff\xfe", "\xc3", "é", "e\u0301", " ", "a ", "%", "*", "\n",
+		strings.Repeat("x", 4096), strings.Repeat("x", 4095), strings.Repeat("x", 4095) + "y",
+		strings.Repeat("{", 4096),
+	}
+	// The literal keys are not prefixed (the empty key must be tested as
+	// such), so a random window makes their counters unique to this run.
+	w := time.Hour + ms(rand.Int64N(1<<30))
+	one := limit(1, w)
+	var keys []string
+	for _, k := range odd {
+		keys = append(keys, k, e.key(k))
+	}
+	for _, k := range keys {
+		if res := e.apply(hit(k, one, 1)); !res[0].Allowed {
+			t.Fatalf("first hit on key %q = %+v, want Allowed: it shares a counter with another key", k, res[0])
+		}
+	}
+	for _, k := range keys {
+		if res := e.apply(hit(k, one, 1)); res[0].Allowed {
+			t.Fatalf("second hit on key %q with limit 1 = %+v, want denied", k, res[0])
+		}
+	}
+	// One request over all of them: one is full, so none consumes.
+	all := make([]limiter.Hit, 0, len(keys))
+	for _, k := range keys {
+		all = append(all, hit(k, limit(2, w), 1))
+	}
+	e.apply(all...)
+	e.apply(append(all, hit(e.key("full"), limit(0, w), 1))...)
+}

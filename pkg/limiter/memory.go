@@ -1,0 +1,329 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// DefaultMaxCounters is the MaxCounters of a MemoryStore whose options leave
+// it zero: about a million live counters, roughly 100 bytes each plus the
+// key's bytes.
+const DefaultMaxCounters = 1 << 20
+
+// DefaultMemoryShards is the Shards of a MemoryStore whose options leave it
+// zero.
+const DefaultMemoryShards = 64
+
+// maxMemoryShards bounds Shards so that the set of shards one request locks
+// stays small to scan.
+const maxMemoryShards = 1 << 12
+
+// evictionSample is how many counters eviction compares to find the one
+// closest to expiry. Redis approximates its LRU the same way (maxmemory-samples).
+const evictionSample = 16
+
+// MemoryOptions configures NewMemoryStore. The zero value is valid: the
+// process clock, DefaultMaxCounters and DefaultMemoryShards.
+type MemoryOptions struct {
+	// Now is the clock; the store uses Now().UnixMilli(). nil means
+	// time.Now. Tests inject a fake clock here. It must be safe for
+	// concurrent use.
+	Now func() time.Time
+	// MaxCounters caps the number of live counters. 0 or less means
+	// DefaultMaxCounters. The cap is split evenly across the shards (each
+	// holds at most MaxCounters/Shards), so the total never exceeds it.
+	MaxCounters int
+	// Shards is the number of independently locked maps, rounded up to a
+	// power of two and at most 4096; more shards means less lock contention
+	// between requests on different keys. 0 or less means
+	// DefaultMemoryShards. It is lowered when MaxCounters is smaller, so that
+	// every shard holds at least one counter.
+	Shards int
+}
+
+// MemoryStore is a Store that keeps its counters in process memory: the
+// embedded default when no Redis is configured, and the Store of a plain Go
+// library user. Counters are not shared between processes and are lost on
+// restart. A MemoryStore is safe for concurrent use; create one with
+// NewMemoryStore. It starts no goroutine and needs no Close.
+//
+// Counters are held in sharded maps, each behind its own mutex. Apply locks
+// every shard its hits touch, in ascending order (so concurrent requests
+// cannot deadlock), reads the clock, evaluates with Evaluate and writes the
+// new states before unlocking: one request is atomic. The clock is made
+// monotonic per shard: a request never evaluates at an earlier millisecond
+// than one already applied to a shard it touches, so a wall clock stepping
+// back (NTP) cannot roll a counter back into an earlier window and forget it.
+//
+// A counter whose state no longer matters (two windows after its last one)
+// or that is back to zero is dropped. Expired counters are swept from a shard
+// when a new counter is inserted into it and the clock has passed the
+// earliest expiry the shard may hold; since windows are aligned to the Unix
+// epoch, that is about once per window boundary, so the sweep's cost is
+// amortised over the window's inserts.
+//
+// When a shard is full and nothing in it has expired, inserting a new counter
+// evicts the counter closest to expiry among a sample of 16 (all of them when
+// the shard holds no more). An evicted counter restarts from zero, so its key
+// may be admitted up to one limit's worth more than it should: a fail-open
+// that touches the least significant state (the counter that would soonest
+// have been dropped anyway) and only the keys beyond the cap. Refusing
+// instead (ErrStoreUnavailable) would let anyone who can mint new keys (an
+// end client choosing header values or addresses) switch every request of
+// every domain into its failure mode, which is worse. Counters of the
+// request being applied are never evicted by that request; if it alone has
+// more new counters than a shard holds, the shard goes over its cap until
+// later inserts evict it back under.
+type MemoryStore struct {
+	now      func() time.Time
+	shards   []memShard
+	mask     uint64
+	shardCap int
+	seed     maphash.Seed
+	scratch  sync.Pool // *memScratch
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// counterID is the identity of one counter, as DESIGN.md section 3 fixes it.
+type counterID struct {
+	key    string
+	window int64 // ms
+	alg    Algorithm
+}
+
+// memEntry is a stored counter and the Unix ms from which its state no
+// longer matters: the start of the second window after Counter.Index.
+type memEntry struct {
+	c       Counter
+	expires int64
+}
+
+type memShard struct {
+	mu sync.Mutex
+	m  map[counterID]memEntry
+	// minExpires is at most the earliest expires in m: no sweep is needed
+	// before the clock reaches it.
+	minExpires int64
+	// highMs is the latest clock (Unix ms) a request applied to this shard.
+	highMs int64
+	_      [32]byte // keep shards on separate cache lines
+}
+
+// memScratch is the working memory of one Apply, pooled so that an Apply
+// that inserts no new counter allocates only its results.
+type memScratch struct {
+	ids      []counterID
+	shard    []int
+	counters []Counter
+	next     []Counter
+	locked   []uint64 // bit set of shards this request locks
+	ev       evalScratch
+}
+
+// NewMemoryStore returns an empty MemoryStore configured by opts.
+func NewMemoryStore(opts MemoryOptions) *MemoryStore {
+	maxCounters := opts.MaxCounters
+	if maxCounters <= 0 {
+		maxCounters = DefaultMaxCounters
+	}
+	n := opts.Shards
+	if n <= 0 {
+		n = DefaultMemoryShards
+	}
+	n = min(n, maxMemoryShards)
+	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
+	for n > maxCounters {
+		n /= 2
+	}
+	s := &MemoryStore{
+		now:      opts.Now,
+		shards:   make([]memShard, n),
+		mask:     uint64(n - 1),
+		shardCap: maxCounters / n,
+		seed:     maphash.MakeSeed(),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[counterID]memEntry)
+		s.shards[i].minExpires = math.MaxInt64
+		s.shards[i].highMs = math.MinInt64
+	}
+	words := (n + 63) / 64
+	s.scratch.New = func() any { return &memScratch{locked: make([]uint64, words)} }
+	return s
+}
+
+// Apply implements Store: it evaluates hits with Evaluate at Now() and, if
+// the request is admitted, stores the new counter states, atomically with
+// respect to every other Apply. It returns an error, and consumes nothing,
+// when ctx is already done (wrapping ctx.Err()) or when a hit's Limit does
+// not Validate. It never returns ErrStoreUnavailable.
+func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("limiter: apply %d hits in memory: %w", len(hits), err)
+	}
+	for i := range hits {
+		if err := hits[i].Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("limiter: apply hit %d of %d: %w", i, len(hits), err)
+		}
+	}
+	results := make([]Result, len(hits))
+	if len(hits) == 0 {
+		return results, nil
+	}
+
+	sc := s.scratch.Get().(*memScratch)
+	n := len(hits)
+	sc.ids = grow(sc.ids, n)
+	sc.shard = grow(sc.shard, n)
+	sc.counters = grow(sc.counters, n)
+	sc.next = grow(sc.next, n)
+	for i := range hits {
+		id := counterID{key: hits[i].Key, window: hits[i].Limit.Window.Milliseconds(), alg: hits[i].Limit.Algorithm}
+		sh := s.shardOf(id)
+		sc.ids[i] = id
+		sc.shard[i] = sh
+		sc.locked[sh/64] |= 1 << (sh % 64)
+	}
+
+	s.lockAll(sc.locked)
+	// Read the clock under the locks, so that requests on one counter are
+	// evaluated in the order they were applied.
+	nowMs := s.now().UnixMilli()
+	forEachBit(sc.locked, func(sh int) { nowMs = max(nowMs, s.shards[sh].highMs) })
+	forEachBit(sc.locked, func(sh int) { s.shards[sh].highMs = nowMs })
+	for i := range hits {
+		sc.counters[i] = s.shards[sc.shard[i]].m[sc.ids[i]].c
+	}
+	if evaluate(nowMs, hits, sc.counters, results, sc.next, &sc.ev) {
+		for i := range hits {
+			if sc.ev.leader[i] == i {
+				s.shards[sc.shard[i]].put(sc.ids[i], sc.next[i], nowMs, s.shardCap, sc.ids)
+			}
+		}
+	}
+	s.unlockAll(sc.locked)
+
+	clear(sc.locked)
+	clear(sc.ids) // do not keep keys alive in the pool
+	s.scratch.Put(sc)
+	return results, nil
+}
+
+// Len returns the number of counters the store holds, expired ones not yet
+// swept included. It is safe for concurrent use; the count is not a snapshot
+// when Apply runs concurrently.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (s *MemoryStore) shardOf(id counterID) int {
+	h := maphash.String(s.seed, id.key)
+	h ^= (uint64(id.window)<<8 | uint64(id.alg)) * 0x9e3779b97f4a7c15
+	h ^= h >> 32
+	return int(h & s.mask)
+}
+
+func (s *MemoryStore) lockAll(set []uint64) {
+	forEachBit(set, func(sh int) { s.shards[sh].mu.Lock() })
+}
+
+func (s *MemoryStore) unlockAll(set []uint64) {
+	forEachBit(set, func(sh int) { s.shards[sh].mu.Unlock() })
+}
+
+// forEachBit calls f with the index of every set bit, in ascending order.
+func forEachBit(set []uint64, f func(int)) {
+	for w, word := range set {
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			f(w*64 + b)
+			word &= word - 1
+		}
+	}
+}
+
+// put stores c as the state of id at nowMs. A zero state is deleted. A new
+// counter first sweeps expired ones (when any may have expired) and, if the
+// shard is still at capacity, evicts; it never evicts a counter in protect
+// (the current request's).
+func (sh *memShard) put(id counterID, c Counter, nowMs int64, capacity int, protect []counterID) {
+	if c.Cur == 0 && c.Prev == 0 {
+		delete(sh.m, id)
+		return
+	}
+	expires := (c.Index + 2) * id.window
+	if _, ok := sh.m[id]; !ok {
+		if nowMs >= sh.minExpires {
+			sh.sweep(nowMs)
+		}
+		for len(sh.m) >= capacity && sh.evict(protect) {
+		}
+		sh.minExpires = min(sh.minExpires, expires)
+	}
+	sh.m[id] = memEntry{c: c, expires: expires}
+}
+
+// sweep drops every counter expired at nowMs and recomputes minExpires.
+func (sh *memShard) sweep(nowMs int64) {
+	earliest := int64(math.MaxInt64)
+	for id, e := range sh.m {
+		if e.expires <= nowMs {
+			delete(sh.m, id)
+			continue
+		}
+		earliest = min(earliest, e.expires)
+	}
+	sh.minExpires = earliest
+}
+
+// evict drops the counter closest to expiry among a sample of the shard's
+// counters (Go randomises where a map iteration starts) and reports whether
+// it dropped one.
+func (sh *memShard) evict(protect []counterID) bool {
+	var (
+		victim  counterID
+		found   bool
+		expires int64
+		seen    int
+	)
+	for id, e := range sh.m {
+		if isProtected(id, protect) {
+			continue
+		}
+		if !found || e.expires < expires {
+			victim, expires, found = id, e.expires, true
+		}
+		if seen++; seen == evictionSample {
+			break
+		}
+	}
+	if found {
+		delete(sh.m, victim)
+	}
+	return found
+}
+
+func isProtected(id counterID, protect []counterID) bool {
+	for _, p := range protect {
+		if p == id {
+			return true
+		}
+	}
+	return false
+}
