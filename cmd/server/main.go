@@ -1,0 +1,124 @@
+// Command sluice is the Sluice rate-limit service: Envoy's
+// envoy.service.ratelimit.v3 API on gRPC, with an HTTP admin and /json
+// listener. Run it with no arguments to serve the config in ./config on the
+// in-memory store; "sluice check PATH..." validates configs for CI.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+// cli runs one invocation and returns the process exit code: 0 on success or
+// a clean shutdown, 1 on a runtime failure or an invalid config, 2 on bad
+// usage.
+func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 && args[0] == "check" {
+		return check(args[1:], stdout, stderr)
+	}
+	s, err := parseSettings(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flagErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
+	if s.Version {
+		fmt.Fprintf(stdout, "sluice %s\n", version)
+		return 0
+	}
+	log, err := newLogger(s, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
+	defer log.Sync()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv, err := newServer(s, log)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 1
+	}
+	if err := srv.serve(ctx); err != nil {
+		log.Error("server failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// check validates the configs at paths, prints every error and warning, and
+// returns 1 if any error was found.
+func check(paths []string, stdout, stderr io.Writer) int {
+	if len(paths) == 0 {
+		fmt.Fprintln(stderr, "usage: sluice check PATH...")
+		return 2
+	}
+	cfg, err := descriptors.Load(paths...)
+	if err != nil {
+		for _, e := range unjoin(err) {
+			fmt.Fprintf(stderr, "%v\n", e)
+		}
+		return 1
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "warning: %v\n", w)
+	}
+	fmt.Fprintf(stdout, "ok: %d domains in %d files\n", len(cfg.Domains()), len(cfg.Files))
+	return 0
+}
+
+// unjoin splits an errors.Join into its errors.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// newLogger builds the process logger: JSON, or console on a terminal when
+// --log-format=auto.
+func newLogger(s *settings, stderr io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(s.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	format := s.LogFormat
+	if format == "auto" {
+		format = "json"
+		if f, ok := stderr.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "console"
+			}
+		}
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if format == "console" {
+		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	} else {
+		enc = zapcore.NewJSONEncoder(ec)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), lvl)), nil
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/rls"
+)
+
+// settings are the server's flags, each with an environment twin
+// (SLUICE_ + the flag name in upper case with '-' as '_'). A flag given on the
+// command line wins over its environment variable, which wins over the
+// default.
+type settings struct {
+	Config          string
+	GRPCAddr        string
+	HTTPAddr        string
+	RedisURL        string
+	LogLevel        string
+	LogFormat       string
+	ResponseHeaders string
+	RawBody         bool
+	DynamicMetadata bool
+	FailureMode     string
+	StoreTimeout    time.Duration
+	ShutdownDelay   time.Duration
+	ShutdownTimeout time.Duration
+	MaxCounters     int
+	MaxDescriptors  int
+	MaxEntries      int
+	MaxKeyBytes     int
+	Version         bool
+
+	headers rls.HeaderSet // parsed ResponseHeaders
+}
+
+// flagErrHelp is returned by parseSettings for -h and --help: usage was
+// printed and the process exits 0.
+var flagErrHelp = flag.ErrHelp
+
+// setting describes one flag for parsing and for the README table.
+type setting struct {
+	name, usage string
+	def         string
+	ptr         any
+}
+
+func (s *settings) table() []setting {
+	return []setting{
+		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
+		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection)", ":8081", &s.GRPCAddr},
+		{"http-addr", "HTTP listen address (/healthz, /readyz, /json)", ":8080", &s.HTTPAddr},
+		{"redis-url", "Redis URL (redis:// or rediss://); empty runs the in-memory store", "", &s.RedisURL},
+		{"log-level", "debug, info, warn or error", "info", &s.LogLevel},
+		{"log-format", "json, console, or auto (console on a terminal, else json)", "auto", &s.LogFormat},
+		{"response-headers", "headers for Envoy to add: draft, compat, draft,compat or none", "draft", &s.ResponseHeaders},
+		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
+		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
+		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},
+		{"store-timeout", "deadline of every store call (under Envoy's 20ms filter timeout)", "15ms", &s.StoreTimeout},
+		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
+		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
+		{"max-counters", "in-memory store: most live counters", "1048576", &s.MaxCounters},
+		{"max-descriptors", "most descriptors in one request", strconv.Itoa(rls.DefaultMaxDescriptors), &s.MaxDescriptors},
+		{"max-entries", "most entries in one descriptor", strconv.Itoa(rls.DefaultMaxEntries), &s.MaxEntries},
+		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
+		{"version", "print the version and exit", "false", &s.Version},
+	}
+}
+
+// envName is the environment twin of a flag.
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseSettings reads args and the environment. It returns an error naming
+// the flag or variable for a value that does not parse or is out of range.
+func parseSettings(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
+	s := &settings{}
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tab := s.table()
+	for _, t := range tab {
+		def := t.def
+		if v := getenv(envName(t.name)); v != "" {
+			def = v
+		}
+		usage := fmt.Sprintf("%s (env %s)", t.usage, envName(t.name))
+		var err error
+		switch p := t.ptr.(type) {
+		case *string:
+			fs.StringVar(p, t.name, def, usage)
+		case *bool:
+			var b bool
+			if b, err = strconv.ParseBool(def); err == nil {
+				fs.BoolVar(p, t.name, b, usage)
+			}
+		case *int:
+			var n int
+			if n, err = strconv.Atoi(def); err == nil {
+				fs.IntVar(p, t.name, n, usage)
+			}
+		case *time.Duration:
+			var d time.Duration
+			if d, err = time.ParseDuration(def); err == nil {
+				fs.DurationVar(p, t.name, d, usage)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: %v", envName(t.name), def, err)
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: sluice [flags]\n       sluice check PATH...\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, flagErrHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (did you mean 'sluice check %s'?)", fs.Arg(0), fs.Arg(0))
+	}
+	return s, s.validate()
+}
+
+func (s *settings) validate() error {
+	var err error
+	if s.headers, err = rls.ParseHeaderSet(s.ResponseHeaders); err != nil {
+		return fmt.Errorf("--response-headers: %v", err)
+	}
+	switch s.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level: unknown level %q (want debug, info, warn or error)", s.LogLevel)
+	}
+	switch s.LogFormat {
+	case "json", "console", "auto":
+	default:
+		return fmt.Errorf("--log-format: unknown format %q (want json, console or auto)", s.LogFormat)
+	}
+	switch s.FailureMode {
+	case "error", "allow", "deny":
+	default:
+		return fmt.Errorf("--failure-mode: unknown mode %q (want error, allow or deny)", s.FailureMode)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		min  time.Duration
+	}{{"--store-timeout", s.StoreTimeout, time.Millisecond}, {"--shutdown-delay", s.ShutdownDelay, 0}, {"--shutdown-timeout", s.ShutdownTimeout, 0}} {
+		if d.v < d.min {
+			return fmt.Errorf("%s: %v is below the minimum %v", d.name, d.v, d.min)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--max-counters", s.MaxCounters}, {"--max-descriptors", s.MaxDescriptors}, {"--max-entries", s.MaxEntries}, {"--max-key-bytes", s.MaxKeyBytes}} {
+		if n.v < 1 {
+			return fmt.Errorf("%s: %d must be at least 1", n.name, n.v)
+		}
+	}
+	return nil
+}
+
+// failureMode is FailureMode as pkg/rls spells it.
+func (s *settings) failureMode() string {
+	if s.FailureMode == "error" {
+		return rls.FailureModeError
+	}
+	return s.FailureMode
+}
+
+// writeTable prints the settings as the README's Markdown table.
+func writeTable(w io.Writer) {
+	fmt.Fprintln(w, "| flag | environment | default | meaning |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- |")
+	for _, t := range (&settings{}).table() {
+		def := "`" + t.def + "`"
+		if t.def == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(w, "| `--%s` | `%s` | %s | %s |\n", t.name, envName(t.name), def, t.usage)
+	}
+}

@@ -1,0 +1,72 @@
+package rls
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// MaxJSONBytes bounds the body of a POST /json request.
+const MaxJSONBytes = 1 << 20
+
+// JSONHandler returns the HTTP twin of ShouldRateLimit, as envoyproxy/ratelimit
+// serves it on /json: POST a RateLimitRequest in protojson, get the
+// RateLimitResponse in protojson with status 200 (OK) or 429 (OVER_LIMIT).
+// Errors: 405 for a method other than POST, 413 for a body over MaxJSONBytes,
+// 400 for a body that is not a RateLimitRequest or is INVALID_ARGUMENT, 503
+// when the store fails under FailureModeError; the body then holds the
+// message as text.
+func (s *Service) JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "use POST with a RateLimitRequest in JSON", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req rlsv3.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, "request body is not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			st := status.Convert(err)
+			code := http.StatusInternalServerError
+			switch st.Code() {
+			case codes.InvalidArgument:
+				code = http.StatusBadRequest
+			case codes.Unavailable:
+				code = http.StatusServiceUnavailable
+			case codes.Canceled, codes.DeadlineExceeded:
+				code = http.StatusGatewayTimeout
+			}
+			http.Error(w, st.Message(), code)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		w.Write(out)
+	})
+}
