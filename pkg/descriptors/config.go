@@ -1,31 +1,40 @@
 package descriptors
 
-import "errors"
+import (
+	"fmt"
+	"slices"
+)
 
 // Config is a loaded, validated set of domains. It is immutable after Load
-// returns and safe for concurrent use; a reload builds a new Config.
+// or Parse returns and safe for concurrent use; a reload builds a new Config.
+// A nil *Config has no domains: Domain and Match return nil.
 type Config struct {
 	// Files lists the files the config was loaded from, sorted.
 	Files []string
 	// Warnings lists problems that envoyproxy/ratelimit accepts and that do
 	// not stop loading (a replaces naming no limit, a rule with neither a
-	// limit nor children). Each is an *Error.
+	// limit nor children), sorted by file, line and column. Each is an
+	// *Error.
 	Warnings []error
 
 	domains map[string]*Domain
+	sorted  []*Domain // by Name
 }
 
 // Domain is the descriptor tree of one domain (one config file).
 type Domain struct {
-	// Name is the domain key.
+	// Name is the domain key (the file's domain), never empty.
 	Name string
-	// File is the file the domain came from.
+	// File is the file the domain came from, as given to Load or Parse.
 	File string
 	// FailureMode is the domain's failure_mode (a Sluice addition): "allow",
 	// "deny", or "" for unset (the RPC layer then returns UNAVAILABLE).
 	FailureMode string
 	// Rules are the top-level descriptors, in config order.
 	Rules []*Rule
+
+	line, column int   // of the domain value, for the duplicate-domain error
+	index        index // of Rules, for Match
 }
 
 // Rule is one node of a descriptor tree: a key, an optional value, and the
@@ -35,7 +44,7 @@ type Rule struct {
 	// node, which matches any value.
 	Key, Value string
 	// Wildcard reports that Value contains '*', each standing for any run of
-	// characters.
+	// characters (including none).
 	Wildcard bool
 	// FullKey names the rule the way envoyproxy/ratelimit names it in stats:
 	// "domain.key_value.key2" (a key-only level is just "key").
@@ -61,11 +70,17 @@ type Rule struct {
 	// File, Line and Column locate the node in its config file (1-based).
 	File         string
 	Line, Column int
+
+	segments []string // Value split at '*', when Wildcard
+	index    index    // of Children, for Match
 }
 
 // Error is one problem in a config file. Error() formats it as
 // "file:line:col: path: message", which editors and CI annotations
-// understand.
+// understand. Path is "" for a problem that belongs to no key (a YAML
+// syntax error, a document that is not a mapping) and is then left out.
+// Line and Column are 0 only for a file that could not be read at all,
+// and are then left out too.
 type Error struct {
 	File         string
 	Line, Column int    // 1-based, from the yaml.Node
@@ -73,4 +88,31 @@ type Error struct {
 	Msg          string
 }
 
-var errNotImplemented = errors.New("descriptors: not implemented")
+// Error formats e as "file:line:col: path: message".
+func (e *Error) Error() string {
+	pos := e.File
+	if e.Line > 0 {
+		pos = fmt.Sprintf("%s:%d:%d", e.File, e.Line, e.Column)
+	}
+	if e.Path == "" {
+		return pos + ": " + e.Msg
+	}
+	return pos + ": " + e.Path + ": " + e.Msg
+}
+
+// Domain returns the domain called name, or nil if c has none.
+func (c *Config) Domain(name string) *Domain {
+	if c == nil {
+		return nil
+	}
+	return c.domains[name]
+}
+
+// Domains returns every domain of c, sorted by name. The slice is a fresh
+// copy; the domains it points to are shared and must not be modified.
+func (c *Config) Domains() []*Domain {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.sorted)
+}

@@ -87,8 +87,13 @@ type Limit struct {
 	UnitMultiplier uint32
 	// Name is rate_limit.name, "" when unset.
 	Name string
-	// Replaces lists the names in rate_limit.replaces[].name.
+	// Replaces lists the names in rate_limit.replaces[].name, in config
+	// order. Each is non-empty and differs from Name.
 	Replaces []string
+	// Algorithm is rate_limit.algorithm, a Sluice addition: "" for the
+	// default (the sliding window counter) or "sliding_window". Other
+	// algorithms are rejected by the loader until they exist.
+	Algorithm string
 }
 
 // Window returns the length of the limit's window: Unit times

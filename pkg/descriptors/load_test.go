@@ -1,0 +1,410 @@
+package descriptors_test
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files under testdata/")
+
+// positioned matches an error that starts with "file:line:col: ".
+var positioned = regexp.MustCompile(`^[^\n]+:[1-9][0-9]*:[1-9][0-9]*: `)
+
+// errorList splits an error from Load into its *Error values, failing the
+// test if any of them is something else.
+func errorList(t *testing.T, err error) []*descriptors.Error {
+	t.Helper()
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	var out []*descriptors.Error
+	for _, e := range list {
+		de, ok := e.(*descriptors.Error)
+		if !ok {
+			t.Fatalf("error %q is a %T, want *descriptors.Error", e, e)
+		}
+		out = append(out, de)
+	}
+	return out
+}
+
+// checkGolden compares got with the golden file, or rewrites it with -update.
+func checkGolden(t *testing.T, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("got:\n%s\nwant (%s):\n%s", got, golden, want)
+	}
+}
+
+// goldenCases lists NAME for every testdata/DIR/NAME.yaml file and every
+// testdata/DIR/NAME directory (a case that needs several files).
+func goldenCases(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		switch {
+		case e.IsDir():
+			names = append(names, e.Name())
+		case strings.HasSuffix(e.Name(), ".yaml"):
+			names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no cases in %s", dir)
+	}
+	return names
+}
+
+func casePath(dir, name string) string {
+	p := filepath.Join(dir, name)
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return p
+	}
+	return p + ".yaml"
+}
+
+// TestInvalid loads each testdata/invalid case, which must fail, and
+// compares the whole error text with NAME.golden.
+func TestInvalid(t *testing.T) {
+	const dir = "testdata/invalid"
+	for _, name := range goldenCases(t, dir) {
+		t.Run(name, func(t *testing.T) {
+			path := casePath(dir, name)
+			c, err := descriptors.Load(path)
+			if err == nil {
+				t.Fatalf("Load(%q) = %v, nil; want an error", path, c)
+			}
+			if c != nil {
+				t.Errorf("Load(%q) returned a Config with its error", path)
+			}
+			for _, e := range errorList(t, err) {
+				if !positioned.MatchString(e.Error()) {
+					t.Errorf("error %q has no file:line:col: prefix", e)
+				}
+			}
+			checkGolden(t, filepath.Join(dir, name+".golden"), err.Error()+"\n")
+		})
+	}
+}
+
+// TestWarnings loads each testdata/warnings case, which must load, and
+// compares its warnings with NAME.golden.
+func TestWarnings(t *testing.T) {
+	const dir = "testdata/warnings"
+	for _, name := range goldenCases(t, dir) {
+		t.Run(name, func(t *testing.T) {
+			path := casePath(dir, name)
+			c, err := descriptors.Load(path)
+			if err != nil {
+				t.Fatalf("Load(%q): %v", path, err)
+			}
+			if len(c.Warnings) == 0 {
+				t.Fatalf("Load(%q) gave no warnings", path)
+			}
+			checkGolden(t, filepath.Join(dir, name+".golden"), errors.Join(c.Warnings...).Error()+"\n")
+		})
+	}
+}
+
+// TestRepoConfig loads every file under the repository's config/ directory,
+// which the server serves by default.
+func TestRepoConfig(t *testing.T) {
+	dir := filepath.Join("..", "..", "config")
+	c, err := descriptors.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%q):\n%v", dir, err)
+	}
+	if len(c.Domains()) == 0 {
+		t.Fatalf("Load(%q) has no domains", dir)
+	}
+	for _, w := range c.Warnings {
+		t.Logf("warning: %v", w)
+	}
+}
+
+// sharedCompat returns shared/compat, which sits beside the repository root
+// (the workplace's shared folder, and a copy of it beside the clone in CI).
+func sharedCompat(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join("..", "..", "..", "shared", "compat")
+	if _, err := os.Stat(filepath.Join(dir, "valid")); err != nil {
+		t.Fatalf("compat configs missing: %v; the shared/ folder must sit beside the repository root (../shared from it)", err)
+	}
+	return dir
+}
+
+// TestCompatValid loads each envoyproxy/ratelimit config that its own tests
+// load, one at a time: an existing config must load unchanged.
+func TestCompatValid(t *testing.T) {
+	dir := filepath.Join(sharedCompat(t), "valid")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files in %s (%v)", dir, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if _, err := descriptors.Load(f); err != nil {
+				t.Errorf("Load(%q):\n%v", f, err)
+			}
+		})
+	}
+	t.Run("merge_domain_key1+2", func(t *testing.T) {
+		a, b := filepath.Join(dir, "merge_domain_key1.yaml"), filepath.Join(dir, "merge_domain_key2.yaml")
+		_, err := descriptors.Load(a, b)
+		if err == nil || !strings.Contains(err.Error(), `domain "test-domain" is already defined in `+a) {
+			t.Errorf("Load(%q, %q) = %v, want a duplicate domain error", a, b, err)
+		}
+	})
+}
+
+// TestCompatInvalid checks that each config that envoyproxy/ratelimit
+// rejects is rejected here too, with a positioned error on that file.
+func TestCompatInvalid(t *testing.T) {
+	compat := sharedCompat(t)
+	dir := filepath.Join(compat, "invalid")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files in %s (%v)", dir, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			paths := []string{f}
+			if filepath.Base(f) == "duplicate_domain.yaml" {
+				paths = []string{filepath.Join(compat, "valid", "basic_config.yaml"), f}
+			}
+			c, err := descriptors.Load(paths...)
+			if err == nil {
+				t.Fatalf("Load(%q) = %v, nil; want an error", paths, c)
+			}
+			for _, e := range errorList(t, err) {
+				if !positioned.MatchString(e.Error()) {
+					t.Errorf("error %q has no file:line:col: prefix", e)
+				}
+				if e.File != f {
+					t.Errorf("error %q is on %s, want %s", e, e.File, f)
+				}
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func domainNames(c *descriptors.Config) []string {
+	var names []string
+	for _, d := range c.Domains() {
+		names = append(names, d.Name)
+	}
+	return names
+}
+
+// TestLoadConfigMap loads a directory laid out like a Kubernetes ConfigMap
+// mount: visible symlinks into a hidden ..data directory, which must load
+// once, and hidden files, other extensions and subdirectories are skipped.
+func TestLoadConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "..2026_01_01", "a.yaml"), "domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	writeFile(t, filepath.Join(dir, "..2026_01_01", "b.yml"), "domain: b\n")
+	writeFile(t, filepath.Join(dir, ".hidden.yaml"), "not: loaded\n")
+	writeFile(t, filepath.Join(dir, "README.md"), "not: loaded\n")
+	writeFile(t, filepath.Join(dir, "sub", "c.yaml"), "domain: c\n")
+	for _, link := range [][2]string{
+		{"..2026_01_01", filepath.Join(dir, "..data")},
+		{filepath.Join("..data", "a.yaml"), filepath.Join(dir, "a.yaml")},
+		{filepath.Join("..data", "b.yml"), filepath.Join(dir, "b.yml")},
+	} {
+		if err := os.Symlink(link[0], link[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := descriptors.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%q): %v", dir, err)
+	}
+	if got, want := domainNames(c), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("Load(%q) domains = %q, want %q", dir, got, want)
+	}
+	wantFiles := []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yml")}
+	if !slices.Equal(c.Files, wantFiles) {
+		t.Errorf("Load(%q).Files = %q, want %q", dir, c.Files, wantFiles)
+	}
+	if r := c.Match("a", []descriptors.Entry{{Key: "k", Value: "v"}}); r == nil || r.File != filepath.Join(dir, "a.yaml") {
+		t.Errorf("Match(a, k=v) = %+v, want the rule from %s", r, wantFiles[0])
+	}
+}
+
+// TestLoadPaths covers what Load does with the paths themselves.
+func TestLoadPaths(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	one := filepath.Join(dir, "one.conf") // a file named directly loads whatever its extension
+	writeFile(t, one, "domain: one\n")
+
+	for _, tc := range []struct {
+		name  string
+		paths []string
+		want  string // error text, "" for success
+	}{
+		{"no paths gives an empty config", nil, ""},
+		{"a file named directly", []string{one}, ""},
+		{"missing file", []string{missing}, missing + ": cannot read: no such file or directory"},
+		{"directory without yaml", []string{empty}, empty + ": no *.yaml or *.yml file in directory"},
+		{"all problems at once", []string{missing, empty}, empty + ": no *.yaml or *.yml file in directory\n" + missing + ": cannot read: no such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := descriptors.Load(tc.paths...)
+			if tc.want == "" {
+				if err != nil || c == nil {
+					t.Fatalf("Load(%q) = %v, %v; want a Config", tc.paths, c, err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want || c != nil {
+				t.Errorf("Load(%q) = %v, %v; want nil, %q", tc.paths, c, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTree checks the fields of loaded rules: FullKey, Lineage, flags,
+// metadata, limits and positions.
+func TestTree(t *testing.T) {
+	c, err := descriptors.Parse(descriptors.Source{Name: "mem.yaml", Data: []byte(`domain: api
+failure_mode: deny
+descriptors:
+  - key: tenant
+    value: acme
+    shadow_mode: true
+    metadata: {team: core, tags: [a, b]}
+    descriptors:
+      - key: path
+        value: /v1/*
+        share_threshold: yes
+        rate_limit: {unit: MINUTE, requests_per_unit: 0, unit_multiplier: 5, name: acme_v1, algorithm: sliding_window}
+      - key: path
+        rate_limit: {unlimited: true, name: open}
+  - key: remote_address
+    quota_mode: true
+    rate_limit:
+      unit: second
+      requests_per_unit: 4294967295
+      replaces: [{name: acme_v1}]
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domain("api")
+	if d == nil || d.File != "mem.yaml" || d.FailureMode != "deny" || len(d.Rules) != 2 {
+		t.Fatalf("Domain(api) = %+v", d)
+	}
+	if c.Domain("nope") != nil {
+		t.Errorf("Domain(nope) != nil")
+	}
+	tenant := d.Rules[0]
+	wild, open := tenant.Children[0], tenant.Children[1]
+	remote := d.Rules[1]
+
+	for _, tc := range []struct {
+		r       *descriptors.Rule
+		fullKey string
+		line    int
+		column  int
+		lineage []*descriptors.Rule
+	}{
+		{tenant, "api.tenant_acme", 4, 5, []*descriptors.Rule{tenant}},
+		{wild, "api.tenant_acme.path_/v1/*", 9, 9, []*descriptors.Rule{tenant, wild}},
+		{open, "api.tenant_acme.path", 13, 9, []*descriptors.Rule{tenant, open}},
+		{remote, "api.remote_address", 15, 5, []*descriptors.Rule{remote}},
+	} {
+		if tc.r.FullKey != tc.fullKey || tc.r.Line != tc.line || tc.r.Column != tc.column || tc.r.File != "mem.yaml" {
+			t.Errorf("rule %s at %s:%d:%d, want %s at mem.yaml:%d:%d", tc.r.FullKey, tc.r.File, tc.r.Line, tc.r.Column, tc.fullKey, tc.line, tc.column)
+		}
+		if !slices.Equal(tc.r.Lineage, tc.lineage) {
+			t.Errorf("%s Lineage = %v, want %v", tc.r.FullKey, tc.r.Lineage, tc.lineage)
+		}
+	}
+	if !tenant.ShadowMode || tenant.Limit != nil || tenant.Metadata["team"] != "core" || len(tenant.Metadata["tags"].([]any)) != 2 {
+		t.Errorf("tenant = %+v", tenant)
+	}
+	if !wild.Wildcard || !wild.ShareThreshold || wild.Limit == nil {
+		t.Fatalf("wild = %+v", wild)
+	}
+	if got := *wild.Limit; got.Unit != descriptors.Minute || got.RequestsPerUnit != 0 || got.UnitMultiplier != 5 ||
+		got.Name != "acme_v1" || got.Algorithm != "sliding_window" || got.Window().Minutes() != 5 {
+		t.Errorf("wild.Limit = %+v", got)
+	}
+	if !open.Unlimited || open.Limit != nil {
+		t.Errorf("open = %+v, want Unlimited and no Limit", open)
+	}
+	if l := remote.Limit; !remote.QuotaMode || l == nil || l.RequestsPerUnit != 4294967295 || l.UnitMultiplier != 1 ||
+		!slices.Equal(l.Replaces, []string{"acme_v1"}) || l.Algorithm != "" {
+		t.Errorf("remote = %+v, limit %+v", remote, l)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("Warnings = %v, want none", c.Warnings)
+	}
+}
+
+// TestDomainsSorted checks that Domains is sorted by name and a copy.
+func TestDomainsSorted(t *testing.T) {
+	c, err := descriptors.Parse(
+		descriptors.Source{Name: "z.yaml", Data: []byte("domain: a\n")},
+		descriptors.Source{Name: "a.yaml", Data: []byte("domain: c\n")},
+		descriptors.Source{Name: "m.yaml", Data: []byte("domain: b\n")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := domainNames(c), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("Domains() = %q, want %q", got, want)
+	}
+	if got, want := c.Files, []string{"a.yaml", "m.yaml", "z.yaml"}; !slices.Equal(got, want) {
+		t.Errorf("Files = %q, want %q", got, want)
+	}
+	c.Domains()[0] = nil
+	if c.Domains()[0] == nil {
+		t.Error("Domains() returned the Config's own slice")
+	}
+	var nilConfig *descriptors.Config
+	if nilConfig.Domains() != nil || nilConfig.Domain("a") != nil {
+		t.Error("a nil Config has domains")
+	}
+}

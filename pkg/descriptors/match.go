@@ -1,0 +1,105 @@
+package descriptors
+
+import "strings"
+
+// index is the lookup structure for one level of a descriptor tree (the
+// children of one node, or a domain's top-level rules). It is built once at
+// load time so that Match does no allocation.
+type index struct {
+	exact    map[Entry]*Rule   // key and literal value
+	wildcard map[string][]*Rule // by key, in config order
+	keyOnly  map[string]*Rule   // rules without a value
+}
+
+func newIndex(rules []*Rule) index {
+	var x index
+	for _, r := range rules {
+		switch {
+		case r.Value == "":
+			if x.keyOnly == nil {
+				x.keyOnly = make(map[string]*Rule)
+			}
+			x.keyOnly[r.Key] = r
+		case r.Wildcard:
+			if x.wildcard == nil {
+				x.wildcard = make(map[string][]*Rule)
+			}
+			x.wildcard[r.Key] = append(x.wildcard[r.Key], r)
+		default:
+			if x.exact == nil {
+				x.exact = make(map[Entry]*Rule)
+			}
+			x.exact[Entry{r.Key, r.Value}] = r
+		}
+		r.index = newIndex(r.Children)
+	}
+	return x
+}
+
+// lookup returns the rule at this level that e selects: the one with the
+// same key and value, else the first wildcard rule in config order whose
+// pattern matches, else the key-only rule; nil if there is none.
+func (x *index) lookup(e Entry) *Rule {
+	if r, ok := x.exact[e]; ok {
+		return r
+	}
+	for _, r := range x.wildcard[e.Key] {
+		if matchSegments(r.segments, e.Value) {
+			return r
+		}
+	}
+	return x.keyOnly[e.Key]
+}
+
+// Match returns the rule that a request descriptor with these entries
+// selects in domain, following envoyproxy/ratelimit: starting at the
+// domain's top-level rules, entry i selects among the children of the rule
+// that entry i-1 selected; at each level a rule with the same key and value
+// wins, then the first wildcard rule in config order whose pattern matches,
+// then the rule with that key and no value. The result is the rule reached
+// by the last entry, so a request must be exactly as deep as the rule: a
+// parent's limit is never a fallback.
+//
+// Match returns nil for an unknown domain, for no entries, and when some
+// entry selects nothing. It may return a rule with a nil Limit (a
+// whitelist, or Unlimited). Match does not allocate and is safe for
+// concurrent use.
+func (c *Config) Match(domain string, entries []Entry) *Rule {
+	if c == nil || len(entries) == 0 {
+		return nil
+	}
+	d := c.domains[domain]
+	if d == nil {
+		return nil
+	}
+	x := &d.index
+	var r *Rule
+	for _, e := range entries {
+		if r = x.lookup(e); r == nil {
+			return nil
+		}
+		x = &r.index
+	}
+	return r
+}
+
+// matchSegments reports whether s matches the pattern whose parts between
+// '*' are segs (len(segs) >= 2): s starts with the first part, ends with the
+// last, and holds the others in order in between. Taking the leftmost
+// occurrence of each middle part is enough, since '*' is the only
+// metacharacter.
+func matchSegments(segs []string, s string) bool {
+	first, last := segs[0], segs[len(segs)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	s = s[len(first) : len(s)-len(last)]
+	for _, seg := range segs[1 : len(segs)-1] {
+		i := strings.Index(s, seg)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(seg):]
+	}
+	return true
+}
