@@ -6,7 +6,7 @@ import "strings"
 // children of one node, or a domain's top-level rules). It is built once at
 // load time so that Match does no allocation.
 type index struct {
-	exact    map[Entry]*Rule   // key and literal value
+	exact    map[Entry]*Rule    // key and literal value
 	wildcard map[string][]*Rule // by key, in config order
 	keyOnly  map[string]*Rule   // rules without a value
 }

@@ -31,6 +31,9 @@ const (
 	// maxDepth bounds nesting, which also stops a mapping that an alias makes
 	// contain itself.
 	maxDepth = 64
+	// maxErrors bounds the errors reported for one file, so that aliases
+	// cannot multiply them either.
+	maxErrors = 1000
 )
 
 // parser walks one file's yaml.Node tree, collecting errors and warnings.
@@ -38,8 +41,8 @@ type parser struct {
 	file  string
 	errs  []*Error
 	warns []*Error
-	nodes int // mappings visited, against maxNodes
-	stop  bool
+	nodes int             // mappings visited, against maxNodes
+	stop  bool            // a limit was hit: report nothing more
 	names map[string]bool // limit names in the domain, for replaces
 	repl  []replaceRef
 	// misspelled holds, per mapping, the keys that an unknown key in it
@@ -71,6 +74,14 @@ func (p *parser) report(list *[]*Error, n *yaml.Node, path, format string, args 
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	if p.stop {
+		return
+	}
+	if len(p.errs) >= maxErrors {
+		p.stop = true
+		p.report(&p.errs, n, "", "too many errors (more than %d); stopping", maxErrors)
+		return
+	}
 	p.report(&p.errs, n, path, format, args...)
 }
 
@@ -457,8 +468,8 @@ func (p *parser) count(n *yaml.Node, path string) bool {
 	}
 	p.nodes++
 	if p.nodes > maxNodes {
+		p.errorf(n, path, "more than %d mappings (after expanding aliases)", maxNodes)
 		p.stop = true
-		p.errorf(n, path, "more than %d nodes (after expanding aliases)", maxNodes)
 		return true
 	}
 	return false
