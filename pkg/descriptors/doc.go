@@ -36,4 +36,17 @@
 //   - Scalars are read as envoyproxy/ratelimit's YAML 1.1 decoder reads them:
 //     `value: 200` is the string "200", bools also accept yes/no/on/off, and
 //     anchors, aliases and merge keys (<<) work.
+//
+// Errors: every problem is an *Error reading "file:line:col: path: message",
+// where path follows the YAML ("descriptors[1].rate_limit.unit") and the
+// message says what was found and what is allowed. A YAML syntax error has
+// no path; yaml.v3 gives no column for it (so the column is 1) and its line
+// is where yaml.v3 noticed the problem, which may be the start of the block
+// that holds it, or 1 when yaml.v3 gives none (an unknown alias). A file
+// that cannot be read has no line or column ("file: cannot read: ...").
+//
+// Bounds, so that no file can stall a reload (aliases can make a small
+// file expand exponentially): descriptors nest at most 64 deep, a file
+// expands to at most 100,000 mappings, and at most 1,000 errors are
+// reported per file.
 package descriptors

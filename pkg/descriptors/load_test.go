@@ -408,3 +408,37 @@ func TestDomainsSorted(t *testing.T) {
 		t.Error("a nil Config has domains")
 	}
 }
+
+// TestYAMLFeatures checks that configs written for envoyproxy/ratelimit's
+// YAML 1.1 decoder load the same way: anchors, aliases and merge keys,
+// yes/no bools, numbers as values, a leading "---" and an empty trailing
+// document.
+func TestYAMLFeatures(t *testing.T) {
+	c := mustParse(t, `---
+domain: api
+descriptors:
+  - &base
+    key: status
+    value: 200
+    shadow_mode: yes
+    rate_limit: &limit {unit: Second, requests_per_unit: 1_000}
+  - <<: *base
+    value: 404
+    shadow_mode: off
+  - key: other
+    rate_limit: *limit
+---
+`)
+	for _, tc := range []struct {
+		value  string
+		shadow bool
+	}{{"200", true}, {"404", false}} {
+		r := c.Match("api", entries("status", tc.value))
+		if r == nil || r.ShadowMode != tc.shadow || r.Limit == nil || r.Limit.RequestsPerUnit != 1000 || r.Limit.Unit != descriptors.Second {
+			t.Errorf("Match(status=%s) = %+v, want shadow %v and 1000/second", tc.value, r, tc.shadow)
+		}
+	}
+	if r := c.Match("api", entries("other", "x")); r == nil || r.Limit == nil || r.Limit.RequestsPerUnit != 1000 {
+		t.Errorf("Match(other=x) = %+v, want the aliased limit", r)
+	}
+}
