@@ -41,7 +41,7 @@ type Limit struct {
 
 // Validate returns an error naming the field when l cannot be evaluated: a
 // Window that is not a positive whole number of milliseconds, or an unknown
-// Algorithm.
+// Algorithm. The zero Limit does not Validate.
 func (l Limit) Validate() error {
 	if l.Window <= 0 || l.Window%time.Millisecond != 0 {
 		return fmt.Errorf("limiter: window %v is not a positive whole number of milliseconds", l.Window)
@@ -56,7 +56,8 @@ func (l Limit) Validate() error {
 //
 // The counter's identity is (Key, Limit.Window, Limit.Algorithm): two hits with
 // the same Key but different windows count separately. Key is opaque to the
-// store; any bytes are allowed, the empty string included.
+// store; any bytes are allowed, the empty string included. The zero Hit
+// checks key "" without consuming, and its zero Limit does not Validate.
 type Hit struct {
 	// Key names the counter (without window or algorithm).
 	Key string
@@ -72,7 +73,8 @@ type Hit struct {
 	Shadow bool
 }
 
-// Result is the outcome of one Hit.
+// Result is the outcome of one Hit. The zero value is a hit that was not
+// Allowed, with nothing Remaining.
 type Result struct {
 	// Allowed reports whether this hit's limit admits it. A request is
 	// admitted only when every enforced (non-shadow) hit is Allowed; so an

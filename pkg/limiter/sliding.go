@@ -7,7 +7,7 @@ import (
 
 // Counter is the stored state of one sliding window counter: Cur hits in the
 // fixed window number Index (floor(now_ms / window_ms)) and Prev hits in the
-// window before it. The zero value is an empty counter.
+// window before it, both in hits. The zero value is an empty counter.
 type Counter struct {
 	Index     int64
 	Cur, Prev uint64
@@ -48,6 +48,8 @@ func (c Counter) roll(index int64) Counter {
 // count*window_ms stay below 2^53 (any uint32 limit with a window of up to a
 // day, for example). Evaluate panics if len(counters) != len(hits) or a
 // Limit does not Validate; callers validate limits when they build them.
+// Evaluate is pure (it neither keeps nor shares state) and so safe for
+// concurrent use.
 func Evaluate(nowMs int64, hits []Hit, counters []Counter) (results []Result, next []Counter, admitted bool) {
 	if len(counters) != len(hits) {
 		panic("limiter: Evaluate needs one counter per hit")
