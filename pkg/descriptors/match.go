@@ -3,33 +3,39 @@ package descriptors
 import "strings"
 
 // index is the lookup structure for one level of a descriptor tree (the
-// children of one node, or a domain's top-level rules). It is built once at
-// load time so that Match does no allocation.
-type index struct {
-	exact    map[Entry]*Rule    // key and literal value
-	wildcard map[string][]*Rule // by key, in config order
-	keyOnly  map[string]*Rule   // rules without a value
+// children of one node, or a domain's top-level rules), by key. It is built
+// once at load time so that Match does not allocate; keying by the key and
+// then the value keeps both lookups on Go's fast path for string keys.
+type index map[string]*level
+
+// level holds the rules of one level that share a key.
+type level struct {
+	exact    map[string]*Rule // by literal value
+	wildcard []*Rule          // in config order
+	keyOnly  *Rule            // the rule without a value
 }
 
 func newIndex(rules []*Rule) index {
-	var x index
+	if len(rules) == 0 {
+		return nil
+	}
+	x := make(index)
 	for _, r := range rules {
+		l := x[r.Key]
+		if l == nil {
+			l = &level{}
+			x[r.Key] = l
+		}
 		switch {
 		case r.Value == "":
-			if x.keyOnly == nil {
-				x.keyOnly = make(map[string]*Rule)
-			}
-			x.keyOnly[r.Key] = r
+			l.keyOnly = r
 		case r.Wildcard:
-			if x.wildcard == nil {
-				x.wildcard = make(map[string][]*Rule)
-			}
-			x.wildcard[r.Key] = append(x.wildcard[r.Key], r)
+			l.wildcard = append(l.wildcard, r)
 		default:
-			if x.exact == nil {
-				x.exact = make(map[Entry]*Rule)
+			if l.exact == nil {
+				l.exact = make(map[string]*Rule)
 			}
-			x.exact[Entry{r.Key, r.Value}] = r
+			l.exact[r.Value] = r
 		}
 		r.index = newIndex(r.Children)
 	}
@@ -39,16 +45,20 @@ func newIndex(rules []*Rule) index {
 // lookup returns the rule at this level that e selects: the one with the
 // same key and value, else the first wildcard rule in config order whose
 // pattern matches, else the key-only rule; nil if there is none.
-func (x *index) lookup(e Entry) *Rule {
-	if r, ok := x.exact[e]; ok {
+func (x index) lookup(e Entry) *Rule {
+	l := x[e.Key]
+	if l == nil {
+		return nil
+	}
+	if r := l.exact[e.Value]; r != nil {
 		return r
 	}
-	for _, r := range x.wildcard[e.Key] {
+	for _, r := range l.wildcard {
 		if matchSegments(r.segments, e.Value) {
 			return r
 		}
 	}
-	return x.keyOnly[e.Key]
+	return l.keyOnly
 }
 
 // Match returns the rule that a request descriptor with these entries
@@ -72,13 +82,13 @@ func (c *Config) Match(domain string, entries []Entry) *Rule {
 	if d == nil {
 		return nil
 	}
-	x := &d.index
+	x := d.index
 	var r *Rule
 	for _, e := range entries {
 		if r = x.lookup(e); r == nil {
 			return nil
 		}
-		x = &r.index
+		x = r.index
 	}
 	return r
 }
