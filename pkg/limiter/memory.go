@@ -30,9 +30,13 @@ const evictionSample = 16
 // MemoryOptions configures NewMemoryStore. The zero value is valid: the
 // process clock, DefaultMaxCounters and DefaultMemoryShards.
 type MemoryOptions struct {
-	// Now is the clock; the store uses Now().UnixMilli(). nil means
-	// time.Now. Tests inject a fake clock here. It must be safe for
-	// concurrent use.
+	// Now is the clock. nil means time.Now. Tests inject a fake clock here.
+	// It must be safe for concurrent use. The store's time, in Unix ms, is
+	// Now().UnixMilli() at NewMemoryStore plus the time elapsed since then
+	// by Now().Sub: with time.Now that is the monotonic clock, so a step of
+	// the wall clock (NTP, an operator) neither rolls counters back into an
+	// earlier window nor skips windows; a fake clock without a monotonic
+	// reading is used as is, to the millisecond.
 	Now func() time.Time
 	// MaxCounters caps the number of live counters. 0 or less means
 	// DefaultMaxCounters. The cap is split evenly across the shards (each
@@ -55,10 +59,11 @@ type MemoryOptions struct {
 // Counters are held in sharded maps, each behind its own mutex. Apply locks
 // every shard its hits touch, in ascending order (so concurrent requests
 // cannot deadlock), reads the clock, evaluates with Evaluate and writes the
-// new states before unlocking: one request is atomic. The clock is made
-// monotonic per shard: a request never evaluates at an earlier millisecond
-// than one already applied to a shard it touches, so a wall clock stepping
-// back (NTP) cannot roll a counter back into an earlier window and forget it.
+// new states before unlocking: one request is atomic. The clock is also made
+// monotonic per shard (see MemoryOptions.Now for the process clock): a
+// request never evaluates at an earlier millisecond than one already applied
+// to a shard it touches, so even an injected clock that steps back cannot
+// roll a counter into an earlier window, where Evaluate would forget it.
 //
 // A counter whose state no longer matters (two windows after its last one)
 // or that is back to zero is dropped. Expired counters are swept from a shard
@@ -81,6 +86,9 @@ type MemoryOptions struct {
 // later inserts evict it back under.
 type MemoryStore struct {
 	now      func() time.Time
+	start    time.Time // now() at NewMemoryStore
+	startMs  int64     // start.UnixMilli()
+	startSub int64     // start's nanoseconds past startMs
 	shards   []memShard
 	mask     uint64
 	shardCap int
@@ -151,6 +159,9 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.start = s.now()
+	s.startMs = s.start.UnixMilli()
+	s.startSub = int64(s.start.Nanosecond() % int(time.Millisecond))
 	for i := range s.shards {
 		s.shards[i].m = make(map[counterID]memEntry)
 		s.shards[i].minExpires = math.MaxInt64
@@ -197,7 +208,7 @@ func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
 	s.lockAll(sc.locked)
 	// Read the clock under the locks, so that requests on one counter are
 	// evaluated in the order they were applied.
-	nowMs := s.now().UnixMilli()
+	nowMs := s.nowMs()
 	forEachBit(sc.locked, func(sh int) { nowMs = max(nowMs, s.shards[sh].highMs) })
 	forEachBit(sc.locked, func(sh int) { s.shards[sh].highMs = nowMs })
 	for i := range hits {
@@ -230,6 +241,11 @@ func (s *MemoryStore) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// nowMs is the store's clock in Unix ms: see MemoryOptions.Now.
+func (s *MemoryStore) nowMs() int64 {
+	return s.startMs + floorDiv(s.startSub+int64(s.now().Sub(s.start)), int64(time.Millisecond))
 }
 
 func (s *MemoryStore) shardOf(id counterID) int {

@@ -296,3 +296,37 @@ func BenchmarkMemoryStoreApply(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "hits/s")
 	})
 }
+
+// TestMemoryStoreMixedClockReadings: the store measures elapsed time with
+// Time.Sub, so times with monotonic readings (time.Now's) and without (a
+// fake clock's) both work. A real wall-clock step cannot be staged in a test:
+// Sub ignoring it for monotonic readings is the time package's contract.
+func TestMemoryStoreMixedClockReadings(t *testing.T) {
+	base := time.Now()
+	var elapsed atomic.Int64
+	var wallStep atomic.Int64
+	now := func() time.Time {
+		t := base.Add(time.Duration(elapsed.Load()))
+		if step := wallStep.Load(); step != 0 {
+			return t.Round(0).Add(time.Duration(step)) // no monotonic reading: as is
+		}
+		return t
+	}
+	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: now})
+	l := limiter.Limit{Requests: 1, Window: time.Hour}
+	mustApply(t, s, limiter.Hit{Key: "k", Limit: l, Hits: 1})
+	res := mustApply(t, s, limiter.Hit{Key: "k", Limit: l, Hits: 1})
+	if res[0].Allowed {
+		t.Fatalf("second hit on 1/h = %+v, want denied", res[0])
+	}
+	// The retry time is measured on the elapsed time, whatever the wall says.
+	elapsed.Store(int64(res[0].RetryAfter))
+	if got := mustApply(t, s, limiter.Hit{Key: "k", Limit: l, Hits: 1}); !got[0].Allowed {
+		t.Errorf("after RetryAfter of monotonic time: %+v, want Allowed", got[0])
+	}
+	// A clock without monotonic readings is taken as is (here: 2 h on).
+	wallStep.Store(int64(2 * time.Hour))
+	if got := mustApply(t, s, limiter.Hit{Key: "k", Limit: l, Hits: 1}); !got[0].Allowed {
+		t.Errorf("2 hours on by the wall clock: %+v, want Allowed", got[0])
+	}
+}
