@@ -172,9 +172,9 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	return s
 }
 
-// Apply implements Store: it evaluates hits with Evaluate at Now() and, if
-// the request is admitted, stores the new counter states, atomically with
-// respect to every other Apply. It returns an error, and consumes nothing,
+// Apply implements Store: it evaluates hits with Evaluate at the store's
+// clock (see MemoryOptions.Now) and, if the request is admitted, stores the
+// new counter states, atomically with respect to every other Apply. It returns an error, and consumes nothing,
 // when ctx is already done (wrapping ctx.Err()) or when a hit's Limit does
 // not Validate. It never returns ErrStoreUnavailable.
 func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
@@ -206,6 +206,18 @@ func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
 	}
 
 	s.lockAll(sc.locked)
+	s.applyLocked(hits, results, sc)
+
+	clear(sc.locked)
+	clear(sc.ids) // do not keep keys alive in the pool
+	s.scratch.Put(sc)
+	return results, nil
+}
+
+// applyLocked is the critical section of Apply, run with every shard in
+// sc.locked locked; it unlocks them even if the injected clock panics.
+func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) {
+	defer s.unlockAll(sc.locked)
 	// Read the clock under the locks, so that requests on one counter are
 	// evaluated in the order they were applied.
 	nowMs := s.nowMs()
@@ -214,19 +226,14 @@ func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
 	for i := range hits {
 		sc.counters[i] = s.shards[sc.shard[i]].m[sc.ids[i]].c
 	}
-	if evaluate(nowMs, hits, sc.counters, results, sc.next, &sc.ev) {
-		for i := range hits {
-			if sc.ev.leader[i] == i {
-				s.shards[sc.shard[i]].put(sc.ids[i], sc.next[i], nowMs, s.shardCap, sc.ids)
-			}
+	if !evaluate(nowMs, hits, sc.counters, results, sc.next, &sc.ev) {
+		return
+	}
+	for i := range hits {
+		if sc.ev.leader[i] == i {
+			s.shards[sc.shard[i]].put(sc.ids[i], sc.next[i], nowMs, s.shardCap, sc.ids)
 		}
 	}
-	s.unlockAll(sc.locked)
-
-	clear(sc.locked)
-	clear(sc.ids) // do not keep keys alive in the pool
-	s.scratch.Put(sc)
-	return results, nil
 }
 
 // Len returns the number of counters the store holds, expired ones not yet
