@@ -340,6 +340,11 @@ func (p *parser) rateLimit(n *yaml.Node, path string, depth int) (*Limit, bool) 
 				p.errorf(f.key, path+"."+k, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", k)
 			}
 		}
+		if f, ok := fields["replaces"]; ok && len(l.Replaces) > 0 {
+			// Rule.Limit is nil for an unlimited rule, so the names would be
+			// lost; envoyproxy/ratelimit accepts them, so only warn.
+			p.warnf(f.key, path+".replaces", "replaces with unlimited: true has no effect (an unlimited limit is never checked, so it replaces nothing)")
+		}
 		return nil, true
 	}
 	if f, ok := fields["unit"]; !ok {
