@@ -45,8 +45,11 @@ func (c Counter) roll(index int64) Counter {
 //
 // The arithmetic is done in float64 in the same order as the Lua script, so
 // both agree bit for bit; it is exact while limit*window_ms and
-// count*window_ms stay below 2^53 (any uint32 limit with a window of up to a
-// day, for example). Evaluate panics if len(counters) != len(hits) or a
+// count*window_ms stay below 2^53: any uint32 limit with a window of up to
+// 35 minutes, for example, or up to 10^8 hits a day (a uint32 limit a day is
+// not: 2^32 * 86_400_000 > 2^53). Beyond that the two twins still agree, as
+// they round the same operations the same way, but RetryAfter and Remaining
+// may be off by one. Evaluate panics if len(counters) != len(hits) or a
 // Limit does not Validate; callers validate limits when they build them.
 // Evaluate is pure (it neither keeps nor shares state) and so safe for
 // concurrent use.
