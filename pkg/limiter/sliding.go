@@ -49,8 +49,9 @@ func (c Counter) roll(index int64) Counter {
 // 35 minutes, for example, or up to 10^8 hits a day (a uint32 limit a day is
 // not: 2^32 * 86_400_000 > 2^53). Beyond that the two twins still agree, as
 // they round the same operations the same way, but RetryAfter and Remaining
-// may be off by one. Evaluate panics if len(counters) != len(hits) or a
-// Limit does not Validate; callers validate limits when they build them.
+// may be off by one hit or millisecond. Evaluate panics if len(counters) !=
+// len(hits) or a Limit does not Validate; callers validate limits when they
+// build them.
 // Evaluate is pure (it neither keeps nor shares state) and so safe for
 // concurrent use.
 func Evaluate(nowMs int64, hits []Hit, counters []Counter) (results []Result, next []Counter, admitted bool) {
