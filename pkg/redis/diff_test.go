@@ -1,0 +1,160 @@
+package redis
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+var diffSeed = flag.Uint64("diff.seed", 0, "seed of TestDifferential (0: from the clock)")
+
+type identity struct {
+	key string
+	w   time.Duration
+}
+
+// TestDifferential drives limiter.Evaluate (the Go twin) and the Lua script
+// with the same explicit clock and the same random requests, and requires
+// identical Results, identical admissions and identical stored counters.
+//
+// Redis expires keys on its own (real) clock while the test clock is
+// simulated, so a counter with a short window may vanish from Redis while the
+// model still holds it. That is allowed only once at least the TTL the script
+// set has passed in real time since the write; the model's counter is then
+// reset to zero, as Redis's was.
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	seed := *diffSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0x5115ce))
+
+	var simNow atomic.Int64
+	simNow.Store(1_700_000_000_123)
+	s, c := newTestStore(t, Options{Now: func() time.Time { return time.UnixMilli(simNow.Load()) }})
+
+	keys := []string{"a", "b", "", "}{", "%7D"}
+	windows := []time.Duration{time.Second, time.Minute, 1501 * time.Millisecond, 7 * time.Millisecond,
+		333 * time.Millisecond, time.Hour, 24 * time.Hour}
+	// Beyond 2^53 the doubles round, but both twins round alike; 1<<60 hits
+	// on a MaxUint64 limit saturate counters at limiter.MaxCount.
+	requests := []uint64{0, 1, 2, 3, 5, 10, 100, 1 << 32, 1<<32 - 1, 1 << 60, math.MaxUint64}
+	sizes := []uint64{0, 1, 1, 1, 2, 3, 5, 11, 200, 1 << 33, 1 << 60, limiter.MaxCount + 1}
+
+	model := map[identity]limiter.Counter{}
+	type write struct {
+		at  time.Time // real time before the call that wrote
+		ttl time.Duration
+	}
+	written := map[identity]write{}
+	expired := 0
+
+	// check compares Redis's counter for id with the model's.
+	check := func(step int, id identity) {
+		t.Helper()
+		want := model[id]
+		i, cur, prev, ok := readCounter(t, c, counterKey(s.prefix, limiter.Hit{Key: id.key, Limit: limiter.Limit{Window: id.w}}))
+		got := limiter.Counter{Index: i, Cur: cur, Prev: prev}
+		if got == want {
+			return
+		}
+		if w, ok2 := written[id]; !ok && ok2 && time.Since(w.at) >= w.ttl {
+			expired++
+			delete(model, id)
+			delete(written, id)
+			return
+		}
+		t.Fatalf("step %d: counter %q/%v in redis = %+v (exists %v), model %+v", step, id.key, id.w, got, ok, want)
+	}
+
+	const steps = 4000
+	admittedN := 0
+	for step := range steps {
+		switch r := rng.IntN(100); {
+		case r < 50:
+			simNow.Add(rng.Int64N(20))
+		case r < 85:
+			simNow.Add(rng.Int64N(2000))
+		case r < 97:
+			simNow.Add(rng.Int64N(3 * 86_400_000)) // jumps of several windows
+		default:
+			simNow.Add(-rng.Int64N(100)) // a clock that steps back
+		}
+		n := 1 + rng.IntN(4)
+		hits := make([]limiter.Hit, n)
+		for i := range hits {
+			hits[i] = limiter.Hit{
+				Key:    keys[rng.IntN(len(keys))],
+				Limit:  limiter.Limit{Requests: requests[rng.IntN(len(requests))], Window: windows[rng.IntN(len(windows))]},
+				Hits:   sizes[rng.IntN(len(sizes))],
+				Refund: rng.IntN(7) == 0,
+				Shadow: rng.IntN(7) == 0,
+			}
+		}
+		for _, h := range hits {
+			check(step, identity{h.Key, h.Limit.Window})
+		}
+		counters := make([]limiter.Counter, n)
+		for i, h := range hits {
+			counters[i] = model[identity{h.Key, h.Limit.Window}]
+		}
+		nowMs := simNow.Load()
+		want, next, admitted := limiter.Evaluate(nowMs, hits, counters)
+
+		before := time.Now()
+		got, err := s.Apply(context.Background(), hits)
+		if err != nil {
+			t.Fatalf("step %d: Apply: %v", step, err)
+		}
+		for i := range hits {
+			if got[i] != want[i] {
+				t.Fatalf("step %d (now %d): hit %d %s:\n lua %+v\n go  %+v\nrequest %s\ncounters %+v",
+					step, nowMs, i, describe(hits[i]), got[i], want[i], describeAll(hits), counters)
+			}
+		}
+		if admitted {
+			admittedN++
+			for i, h := range hits {
+				id := identity{h.Key, h.Limit.Window}
+				nc := next[i]
+				if nc.Cur == 0 && nc.Prev == 0 {
+					nc = limiter.Counter{} // the script deletes a zero counter
+				}
+				if nc != model[id] && nc != (limiter.Counter{}) {
+					w := h.Limit.Window.Milliseconds()
+					e := nowMs - nc.Index*w
+					written[id] = write{at: before, ttl: time.Duration(2*w-e) * time.Millisecond}
+				}
+				model[id] = nc
+			}
+		}
+		for _, h := range hits {
+			check(step, identity{h.Key, h.Limit.Window})
+		}
+	}
+	t.Logf("%d steps, %d admitted, %d counters expired by TTL meanwhile", steps, admittedN, expired)
+	if admittedN == 0 || admittedN == steps {
+		t.Errorf("%d of %d requests admitted: the random mix does not exercise both outcomes", admittedN, steps)
+	}
+}
+
+func describe(h limiter.Hit) string {
+	return fmt.Sprintf("{key %q limit %d/%v hits %d refund %v shadow %v}", h.Key, h.Limit.Requests, h.Limit.Window, h.Hits, h.Refund, h.Shadow)
+}
+
+func describeAll(hits []limiter.Hit) string {
+	s := ""
+	for _, h := range hits {
+		s += describe(h) + " "
+	}
+	return s
+}

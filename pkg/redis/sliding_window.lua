@@ -1,0 +1,283 @@
+-- sliding_window.lua: the sliding window counter of DESIGN.md section 3, the
+-- Lua twin of limiter.Evaluate (pkg/limiter/sliding.go). Every number is a
+-- double and every operation is done in the same order as Evaluate's float64
+-- code, so both give the same answers bit for bit; a differential test checks it.
+--
+-- Each counter is one hash with fields i (window index: floor(now_ms /
+-- window_ms)), c (hits in window i) and p (hits in window i-1), numbers written
+-- with %.0f so that no digit is lost. Every write sets PEXPIRE to the end of
+-- window i+1 (at most two windows), after which the counter is zero anyway; a
+-- counter that becomes zero is deleted. So no key exists without a TTL.
+--
+-- Mode "a" (apply): evaluate every hit of one request and consume only if
+-- every enforced hit is admitted.
+--   KEYS      the distinct counter hashes the request touches.
+--   ARGV[1]   "a".
+--   ARGV[2]   now in Unix ms, or "" to use Redis TIME (production: every
+--             service instance then agrees on one clock).
+--   ARGV[3..] five per hit: key index (1-based into KEYS), requests, window
+--             ms, hits, flags (1 refund, 2 shadow, 4 exceeds: hits > requests,
+--             compared in Go on uint64 because doubles cannot). Every hit on
+--             one key has the same window (the window is part of the key).
+--   Reply     {admitted (0/1), now_ms,
+--              then seven per hit: allowed (0/1), exceeds (0/1), retry_after_ms,
+--                remaining_if_denied, reset_after_ms_if_denied,
+--                remaining_if_admitted, reset_after_ms_if_admitted,
+--              then two per key: window index, delta (cur after - cur before;
+--                0 unless admitted)}.
+--             The remainings are strings (%.0f): a Redis integer reply would
+--             truncate them to int64 and they may reach 2^64. The "if denied"
+--             pair describes the counters unchanged (also what a denied
+--             request reports), the "if admitted" pair after consumption; the
+--             caller picks one, because in a Cluster another slot's script
+--             may deny a request this one admitted.
+--
+-- Mode "u" (undo): take back what an admitting "a" call consumed, when the
+-- request was denied by a script on another Cluster slot.
+--   KEYS      the keys of that call.
+--   ARGV[1]   "u".
+--   ARGV[2]   now in Unix ms or "" (as above; only used for a new key's TTL).
+--   ARGV[3..] three per key: window index and delta from the "a" reply, and
+--             the window ms. The delta is subtracted from c while the window
+--             index is unchanged, from p once the window rolled once, and
+--             dropped after that (the counter no longer holds it).
+--   Reply     the number of counters changed.
+--
+-- Atomic: Redis runs a script to completion with no other command in
+-- between, so reading, deciding and writing every counter of the request is
+-- one indivisible step, whichever service instance sends it. All KEYS share
+-- one Cluster slot (the caller groups them).
+
+local MAX = 4503599627370496 -- limiter.MaxCount, 2^52: counts stay exact doubles
+
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  -- Needed before writing after a non-deterministic command on Redis < 5;
+  -- a no-op (deprecated) on 7.
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+-- load returns the stored window index, cur, prev and whether the key exists.
+local function load(key)
+  local v = redis.call('HMGET', key, 'i', 'c', 'p')
+  if not v[1] then
+    return 0, 0, 0, false
+  end
+  return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
+end
+
+-- save writes a counter with its TTL, or deletes it when it is zero.
+local function save(key, i, c, p, ttl)
+  if c == 0 and p == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('HSET', key, 'i', fmt(i), 'c', fmt(c), 'p', fmt(p))
+  if ttl then
+    redis.call('PEXPIRE', key, fmt(ttl))
+  end
+end
+
+-- windowOf returns floor(now / w) and now - index*w, exact in integers even
+-- when the double division rounds.
+local function windowOf(w)
+  local idx = math.floor(now / w)
+  local e = now - idx * w
+  if e < 0 then
+    idx = idx - 1
+    e = e + w
+  elseif e >= w then
+    idx = idx + 1
+    e = e - w
+  end
+  return idx, e
+end
+
+if ARGV[1] == 'u' then
+  local changed = 0
+  for k = 1, #KEYS do
+    local idx, delta, w = tonumber(ARGV[3 * k]), tonumber(ARGV[3 * k + 1]), tonumber(ARGV[3 * k + 2])
+    local i, c, p, exists = load(KEYS[k])
+    if not exists then
+      i = idx
+    end
+    local hit = true
+    if i == idx then
+      c = math.min(math.max(c - delta, 0), MAX)
+    elseif i == idx + 1 then
+      p = math.min(math.max(p - delta, 0), MAX)
+    else
+      hit = false
+    end
+    if hit and delta ~= 0 then
+      if exists then
+        save(KEYS[k], i, c, p, nil) -- HSET keeps the TTL
+        changed = changed + 1
+      else
+        local ttl = (idx + 2) * w - now
+        if ttl > 0 then
+          save(KEYS[k], i, c, p, ttl)
+          changed = changed + 1
+        end
+      end
+    end
+  end
+  return changed
+end
+
+-- Mode "a". Per key: stored state (oi, oc, op), rolled state (ri, rc, rp),
+-- window w, elapsed e.
+local oi, oc, op, ri, rc, rp, kw, ke = {}, {}, {}, {}, {}, {}, {}, {}
+local nh = (#ARGV - 2) / 5
+local hk, hL, hn, hrefund = {}, {}, {}, {}
+local allowed, exceeds, retry = {}, {}, {}
+local admitted = true
+
+for h = 1, nh do
+  local b = 2 + (h - 1) * 5
+  local k = tonumber(ARGV[b + 1])
+  local L = tonumber(ARGV[b + 2])
+  local w = tonumber(ARGV[b + 3])
+  local n = tonumber(ARGV[b + 4])
+  local f = tonumber(ARGV[b + 5])
+  local refund = f % 2 == 1
+  local shadow = math.floor(f / 2) % 2 == 1
+  local ex = math.floor(f / 4) % 2 == 1
+  hk[h], hL[h], hn[h], hrefund[h] = k, L, n, refund
+
+  if ri[k] == nil then
+    local i0, c0, p0 = load(KEYS[k])
+    local idx, e = windowOf(w)
+    oi[k], oc[k], op[k] = i0, c0, p0
+    if i0 == idx then
+      ri[k], rc[k], rp[k] = idx, c0, p0
+    elseif i0 == idx - 1 then
+      ri[k], rc[k], rp[k] = idx, 0, c0
+    else
+      ri[k], rc[k], rp[k] = idx, 0, 0
+    end
+    kw[k], ke[k] = w, e
+  end
+
+  if refund then
+    allowed[h], exceeds[h], retry[h] = true, false, 0
+  elseif ex then
+    allowed[h], exceeds[h], retry[h] = false, true, w
+  else
+    -- slidingDecide: admit iff p*(W-E) + (c+n)*W <= L*W.
+    local W, E = w, ke[k]
+    local p, cur = rp[k], rc[k]
+    exceeds[h] = false
+    if p * (W - E) + (cur + n) * W <= L * W then
+      allowed[h], retry[h] = true, 0
+    else
+      allowed[h] = false
+      local r = nil
+      if cur + n <= L and p > 0 then
+        -- Still in this window: the first e' with p*(W-e') <= (L-c-n)*W.
+        local need = W - math.floor(((L - cur) - n) * W / p)
+        if need < W then
+          r = math.max(need - E, 1)
+        end
+      end
+      if r == nil then
+        -- In the next window c becomes p.
+        local need = 0
+        if cur > 0 then
+          need = math.max(W - math.floor((L - n) * W / cur), 0)
+        end
+        r = (w - E) + need
+      end
+      retry[h] = r
+    end
+  end
+  if not allowed[h] and not shadow then
+    admitted = false
+  end
+end
+
+-- Consume: per counter the largest increment, then the largest refund, never
+-- below zero, saturating at MAX.
+local nk = #KEYS
+local nc, delta = {}, {}
+for k = 1, nk do
+  nc[k], delta[k] = rc[k], 0
+end
+if admitted then
+  local inc, dec = {}, {}
+  for k = 1, nk do
+    inc[k], dec[k] = 0, 0
+  end
+  for h = 1, nh do
+    local k = hk[h]
+    if hrefund[h] then
+      dec[k] = math.max(dec[k], hn[h])
+    else
+      inc[k] = math.max(inc[k], hn[h])
+    end
+  end
+  for k = 1, nk do
+    if ri[k] ~= nil then
+      local c = math.min(rc[k] + inc[k], MAX)
+      if dec[k] >= c then
+        c = 0
+      else
+        c = c - dec[k]
+      end
+      nc[k], delta[k] = c, c - rc[k]
+      if ri[k] ~= oi[k] or c ~= oc[k] or rp[k] ~= op[k] then
+        save(KEYS[k], ri[k], c, rp[k], 2 * kw[k] - ke[k])
+      end
+    end
+  end
+end
+
+-- slidingRemaining: floor(L - estimate), at least 0.
+local function remaining(c, p, L, W, E)
+  local r = math.floor(((L * W - p * (W - E)) - c * W) / W)
+  if r <= 0 then
+    return '0'
+  end
+  return fmt(r)
+end
+
+-- slidingResetAfter.
+local function resetAfter(c, p, w, e)
+  if c > 0 then
+    return (w - e) + w
+  elseif p > 0 then
+    return w - e
+  end
+  return 0
+end
+
+local out = { admitted and 1 or 0, now }
+for h = 1, nh do
+  local k = hk[h]
+  local w, e, p = kw[k], ke[k], rp[k]
+  local remDenied, remAdmitted = '0', '0'
+  if allowed[h] then
+    remDenied = remaining(rc[k], p, hL[h], w, e)
+    remAdmitted = remaining(nc[k], p, hL[h], w, e)
+  end
+  out[#out + 1] = allowed[h] and 1 or 0
+  out[#out + 1] = exceeds[h] and 1 or 0
+  out[#out + 1] = retry[h]
+  out[#out + 1] = remDenied
+  out[#out + 1] = resetAfter(rc[k], p, w, e)
+  out[#out + 1] = remAdmitted
+  out[#out + 1] = resetAfter(nc[k], p, w, e)
+end
+for k = 1, nk do
+  out[#out + 1] = ri[k] or 0
+  out[#out + 1] = delta[k]
+end
+return out

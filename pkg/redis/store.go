@@ -1,0 +1,366 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+//go:embed sliding_window.lua
+var slidingWindowSrc string
+
+// slidingWindow is the sliding window counter script; Script.Run sends
+// EVALSHA and falls back to EVAL on NOSCRIPT, so a flushed script cache or a
+// restarted Redis needs no restart of ours.
+var slidingWindow = goredis.NewScript(slidingWindowSrc)
+
+// DefaultCallTimeout is the deadline of one Apply when Options.CallTimeout
+// and Settings.CallTimeout are zero: under Envoy's 20 ms default rate limit
+// filter timeout, so that Sluice answers before Envoy gives up.
+const DefaultCallTimeout = 15 * time.Millisecond
+
+// Client is the part of a go-redis client the Store uses. *goredis.Client,
+// *goredis.ClusterClient and the UniversalClient that Open builds satisfy
+// it. A *goredis.ClusterClient makes the Store group hits by Cluster slot.
+type Client interface {
+	goredis.Scripter
+	Pipeline() goredis.Pipeliner
+	Ping(ctx context.Context) *goredis.StatusCmd
+	Close() error
+}
+
+// Options configures New. The zero value is usable.
+type Options struct {
+	// Prefix starts every key the Store writes. Default DefaultPrefix
+	// ("sluice:"). Braces in it are percent-escaped, since they would move
+	// the Cluster hash tag.
+	Prefix string
+	// CallTimeout bounds each Apply, all its Redis round trips included, on
+	// top of the caller's context. Default DefaultCallTimeout (15 ms).
+	CallTimeout time.Duration
+	// Now, when set, is the clock the script uses instead of Redis TIME. For
+	// tests only: in production every instance must share Redis's clock.
+	Now func() time.Time
+	// Logger receives warnings the Store cannot return (a failed refund after
+	// a cross-slot denial). Default zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Store is a limiter.Store on Redis: standalone, Sentinel or Cluster. It is
+// safe for concurrent use; it holds no per-request state.
+type Store struct {
+	c       Client
+	cluster bool
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time
+	log     *zap.Logger
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// New returns a Store deciding on c, which it owns from then on: Close closes
+// it. When c is a *goredis.ClusterClient, hits are grouped by slot. For the
+// CallTimeout to bound network reads, c should be built with
+// ContextTimeoutEnabled (Open does so).
+func New(c Client, o Options) *Store {
+	s := &Store{
+		c:       c,
+		prefix:  cleanPrefix(o.Prefix),
+		timeout: o.CallTimeout,
+		now:     o.Now,
+		log:     o.Logger,
+	}
+	_, s.cluster = c.(*goredis.ClusterClient)
+	if s.timeout <= 0 {
+		s.timeout = DefaultCallTimeout
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	return s
+}
+
+// Ping checks that Redis answers, for readiness probes. Its error wraps
+// limiter.ErrStoreUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: ping redis: %w", limiter.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// Close closes the client. Apply fails after Close.
+func (s *Store) Close() error {
+	return s.c.Close()
+}
+
+// group is the part of one request that one script call decides: hits whose
+// counters share a Cluster slot (on a standalone Redis, all of them).
+type group struct {
+	keys []string
+	hits []int // indices into the request's hits
+	args []any
+
+	reply    []any // the "a" reply
+	admitted bool
+}
+
+// Apply implements limiter.Store: it evaluates every hit and consumes them
+// only if every enforced hit is admitted, in one script call on a standalone
+// Redis and one per involved slot on a Cluster (calls to one node share a
+// pipeline). It returns one Result per hit in input order.
+//
+// On a Cluster, a request whose slots disagree is denied and the slots that
+// admitted it are refunded by a second call. Between the two calls (one round
+// trip, bounded by CallTimeout), other requests see the consumption and may be
+// denied by it; if the refund fails it is logged, not returned, and the
+// counters keep it until their windows pass.
+//
+// Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
+// or the deadline (ctx or CallTimeout) passes, and a plain error naming the
+// hit when a Limit does not Validate. After an error no Result is returned.
+func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
+	if len(hits) == 0 {
+		return []limiter.Result{}, nil
+	}
+	for i, h := range hits {
+		if err := h.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("redis: hit %d: %w", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMilli(), 10)
+	}
+
+	groups := s.split(hits, now)
+	err := s.run(ctx, groups, func(g *group) []any { return g.args })
+	admitted := err == nil
+	for _, g := range groups {
+		if g.reply != nil {
+			g.admitted, _ = parseAdmitted(g.reply)
+		}
+		admitted = admitted && g.admitted
+	}
+	if !admitted && len(groups) > 1 {
+		s.undo(ctx, hits, groups, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	results := make([]limiter.Result, len(hits))
+	for _, g := range groups {
+		if err := fill(results, g, admitted); err != nil {
+			return nil, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
+		}
+	}
+	return results, nil
+}
+
+// split builds one group per slot (one group in all on a standalone Redis),
+// each with its distinct keys and its "a" arguments.
+func (s *Store) split(hits []limiter.Hit, now string) []*group {
+	var groups []*group
+	bySlot := map[int]*group{}
+	keyIndex := make(map[string]int, len(hits)) // key -> 1-based index in its group
+	for i, h := range hits {
+		key := counterKey(s.prefix, h)
+		sl := 0
+		if s.cluster {
+			sl = slot(key)
+		}
+		g := bySlot[sl]
+		if g == nil {
+			g = &group{args: make([]any, 0, 2+5*len(hits))}
+			g.args = append(g.args, "a", now)
+			bySlot[sl] = g
+			groups = append(groups, g)
+		}
+		k, ok := keyIndex[key]
+		if !ok {
+			g.keys = append(g.keys, key)
+			k = len(g.keys)
+			keyIndex[key] = k
+		}
+		flags := 0
+		if h.Refund {
+			flags |= 1
+		}
+		if h.Shadow {
+			flags |= 2
+		}
+		if !h.Refund && h.Hits > h.Limit.Requests {
+			flags |= 4
+		}
+		g.hits = append(g.hits, i)
+		g.args = append(g.args, k, h.Limit.Requests, h.Limit.Window.Milliseconds(), h.Hits, flags)
+	}
+	return groups
+}
+
+// run sends one script call per group (args(g) its ARGV) and stores each
+// reply in g.reply. One group is one Script.Run; several share a pipeline,
+// which a ClusterClient splits per node, and a NOSCRIPT answer is retried
+// with Script.Run. It returns the first error, wrapped.
+func (s *Store) run(ctx context.Context, groups []*group, args func(*group) []any) error {
+	if len(groups) == 1 {
+		g := groups[0]
+		r, err := slidingWindow.Run(ctx, s.c, g.keys, args(g)...).Slice()
+		if err != nil {
+			return fmt.Errorf("%w: run sliding window script on %d keys: %w", limiter.ErrStoreUnavailable, len(g.keys), err)
+		}
+		g.reply = r
+		return nil
+	}
+	pipe := s.c.Pipeline()
+	cmds := make([]*goredis.Cmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = pipe.EvalSha(ctx, slidingWindow.Hash(), g.keys, args(g)...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command, below
+	var first error
+	for i, g := range groups {
+		r, err := cmds[i].Slice()
+		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			r, err = slidingWindow.Run(ctx, s.c, g.keys, args(g)...).Slice()
+		}
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("%w: run sliding window script on %d keys in %d slots: %w",
+					limiter.ErrStoreUnavailable, len(g.keys), len(groups), err)
+			}
+			continue
+		}
+		g.reply = r
+	}
+	return first
+}
+
+// undo refunds what the admitting groups of a denied (or failed) request
+// consumed, under a deadline of its own: the caller's may have passed, and a
+// refund that is not sent leaves the consumption in place.
+func (s *Store) undo(ctx context.Context, hits []limiter.Hit, groups []*group, now string) {
+	var todo []*group
+	undoArgs := map[*group][]any{}
+	for _, g := range groups {
+		if !g.admitted {
+			continue
+		}
+		a, err := undoArgs1(g, hits, now)
+		if err != nil || a == nil {
+			continue
+		}
+		undoArgs[g] = a
+		todo = append(todo, g)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	replies := make([][]any, len(todo))
+	for i, g := range todo {
+		replies[i] = g.reply
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	err := s.run(ctx, todo, func(g *group) []any { return undoArgs[g] })
+	for i, g := range todo {
+		g.reply = replies[i] // keep the "a" replies for the Results
+	}
+	if err != nil {
+		if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot denial failed"); ce != nil {
+			ce.Write(zap.Int("slots", len(todo)), zap.Error(err))
+		}
+	}
+}
+
+// undoArgs1 returns the "u" ARGV taking back what g's "a" call consumed, or
+// nil when it consumed nothing.
+func undoArgs1(g *group, hits []limiter.Hit, now string) ([]any, error) {
+	nh := len(g.hits)
+	tail := g.reply[2+7*nh:]
+	if len(tail) != 2*len(g.keys) {
+		return nil, errors.New("redis: sliding window reply has the wrong length")
+	}
+	window := make([]int64, len(g.keys))
+	for j, i := range g.hits {
+		window[g.args[2+5*j].(int)-1] = hits[i].Limit.Window.Milliseconds()
+	}
+	args := []any{"u", now}
+	changed := false
+	for k := range g.keys {
+		idx, ok1 := tail[2*k].(int64)
+		delta, ok2 := tail[2*k+1].(int64)
+		if !ok1 || !ok2 {
+			return nil, errors.New("redis: sliding window reply has a non-integer window index or delta")
+		}
+		changed = changed || delta != 0
+		args = append(args, idx, delta, window[k])
+	}
+	if !changed {
+		return nil, nil
+	}
+	return args, nil
+}
+
+func parseAdmitted(r []any) (bool, error) {
+	if len(r) < 2 {
+		return false, errors.New("redis: sliding window reply too short")
+	}
+	a, ok := r[0].(int64)
+	if !ok {
+		return false, errors.New("redis: sliding window reply: admitted is not an integer")
+	}
+	return a == 1, nil
+}
+
+// fill writes the Results of g's hits, picking the counters' state after
+// consumption when the whole request was admitted and before it otherwise.
+func fill(results []limiter.Result, g *group, admitted bool) error {
+	r := g.reply
+	if len(r) != 2+7*len(g.hits)+2*len(g.keys) {
+		return fmt.Errorf("redis: sliding window reply has %d values, want %d", len(r), 2+7*len(g.hits)+2*len(g.keys))
+	}
+	for j, i := range g.hits {
+		v := r[2+7*j : 2+7*j+7]
+		allowed, ok1 := v[0].(int64)
+		exceeds, ok2 := v[1].(int64)
+		retry, ok3 := v[2].(int64)
+		rem, reset := v[3], v[4]
+		if admitted {
+			rem, reset = v[5], v[6]
+		}
+		remS, ok4 := rem.(string)
+		resetMs, ok5 := reset.(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+			return fmt.Errorf("redis: sliding window reply for hit %d has unexpected types %T", i, v)
+		}
+		// The script prints remaining as an exact whole double; convert it
+		// as limiter.Evaluate converts its float64.
+		remF, err := strconv.ParseFloat(remS, 64)
+		if err != nil {
+			return fmt.Errorf("redis: sliding window reply for hit %d: remaining: %w", i, err)
+		}
+		results[i] = limiter.Result{
+			Allowed:      allowed == 1,
+			ExceedsLimit: exceeds == 1,
+			Remaining:    uint64(remF),
+			ResetAfter:   time.Duration(resetMs) * time.Millisecond,
+			RetryAfter:   time.Duration(retry) * time.Millisecond,
+		}
+	}
+	return nil
+}
