@@ -35,12 +35,15 @@ type MemoryOptions struct {
 	// Now().UnixMilli() at NewMemoryStore plus the time elapsed since then
 	// by Now().Sub: with time.Now that is the monotonic clock, so a step of
 	// the wall clock (NTP, an operator) neither rolls counters back into an
-	// earlier window nor skips windows; a fake clock without a monotonic
-	// reading is used as is, to the millisecond.
+	// earlier window nor skips windows (they stay aligned to the wall clock
+	// as it was at NewMemoryStore); a fake clock without a monotonic reading
+	// is used as is, to the millisecond.
 	Now func() time.Time
 	// MaxCounters caps the number of live counters. 0 or less means
 	// DefaultMaxCounters. The cap is split evenly across the shards (each
-	// holds at most MaxCounters/Shards), so the total never exceeds it.
+	// holds at most MaxCounters/Shards), so the total never exceeds it,
+	// except as MemoryStore's doc says for a single request with more new
+	// counters than a shard holds.
 	MaxCounters int
 	// Shards is the number of independently locked maps, rounded up to a
 	// power of two and at most 4096; more shards means less lock contention
