@@ -1,0 +1,40 @@
+# make test: everything CI runs. It installs redis-server when it is missing
+# (the Redis and integration tests start their own servers on free ports).
+GO ?= go
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+FUZZTIME ?= 10s
+
+.PHONY: test deps vet unit fuzz bench build
+
+test: deps vet unit fuzz
+
+deps:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+		echo "installing redis-server and redis-tools (needed by the Redis and integration tests)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	@redis-server --version
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+# Unit, race and integration tests in one run: test/integration builds the
+# binary itself and runs it against a real redis-server.
+unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Short runs of every fuzz target; a crasher lands in testdata/fuzz and
+# becomes a regression test.
+fuzz:
+	@$(GO) list -f '{{.ImportPath}} {{.Dir}}' ./... | while read pkg dir; do \
+		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+build:
+	$(GO) build -o bin/sluice ./cmd/server

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+)
+
+// startServer runs a server on 127.0.0.1 ports chosen at run time with the
+// repository's config/, and stops it when the test ends.
+func startServer(t *testing.T, args ...string) (*server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	args = append([]string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	s, err := parseSettings(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(s, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	conn, err := grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return srv, rlsv3.NewRateLimitServiceClient(conn), conn
+}
+
+func edgeRequest(descs ...[]string) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for _, kv := range descs {
+		d := &rlcommon.RateLimitDescriptor{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
+	return req
+}
+
+// TestEndToEnd drives the config/ scenario over real gRPC: an api key's
+// search route crosses its limit of 10 a minute, its per-key limit keeps
+// counting only admitted requests, other keys and anonymous clients are
+// independent, and internal keys are unlimited.
+func TestEndToEnd(t *testing.T) {
+	_, client, _ := startServer(t)
+	ctx := context.Background()
+	alice := []string{"api_key", "alice"}
+	aliceSearch := []string{"api_key", "alice", "route", "search"}
+
+	for i := 1; i <= 12; i++ {
+		resp, err := client.ShouldRateLimit(ctx, edgeRequest(alice, aliceSearch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.GetStatuses()
+		if len(st) != 2 {
+			t.Fatalf("call %d: %d statuses, want 2", i, len(st))
+		}
+		if i <= 10 {
+			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("call %d: %v, want OK", i, resp.GetOverallCode())
+			}
+			if got, want := st[0].GetLimitRemaining(), uint32(100-i); got != want {
+				t.Errorf("call %d: per_api_key remaining %d, want %d", i, got, want)
+			}
+			if got, want := st[1].GetLimitRemaining(), uint32(10-i); got != want {
+				t.Errorf("call %d: search remaining %d, want %d", i, got, want)
+			}
+			continue
+		}
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("call %d: %v, want OVER_LIMIT", i, resp.GetOverallCode())
+		}
+		if st[0].GetCode() != rlsv3.RateLimitResponse_OK || st[1].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("call %d: codes %v %v, want OK OVER_LIMIT", i, st[0].GetCode(), st[1].GetCode())
+		}
+		// The denied calls consumed nothing from the per-key limit.
+		if got := st[0].GetLimitRemaining(); got != 90 {
+			t.Errorf("call %d: per_api_key remaining %d, want 90", i, got)
+		}
+		if cl := st[1].GetCurrentLimit(); cl.GetName() != "search_per_api_key" || cl.GetRequestsPerUnit() != 10 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+			t.Errorf("call %d: current_limit %v", i, cl)
+		}
+		var retry string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if h.GetKey() == "Retry-After" {
+				retry = h.GetValue()
+			}
+		}
+		if retry == "" {
+			t.Errorf("call %d: no Retry-After in %v", i, resp.GetResponseHeadersToAdd())
+		}
+	}
+
+	// Bob is independent of Alice; the internal key is never limited.
+	resp, err := client.ShouldRateLimit(ctx, edgeRequest([]string{"api_key", "bob", "route", "search"}, []string{"api_key_internal", "billing"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 9 || resp.GetStatuses()[1].GetCurrentLimit() != nil {
+		t.Errorf("bob + internal: %v", resp)
+	}
+
+	// One client address: 20 a minute, the 21st is over.
+	for i := 1; i <= 21; i++ {
+		resp, err := client.ShouldRateLimit(ctx, edgeRequest([]string{"remote_address", "203.0.113.9"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i == 21 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.GetOverallCode() != want {
+			t.Fatalf("address call %d: %v, want %v", i, resp.GetOverallCode(), want)
+		}
+	}
+
+	// Bad input names the field.
+	_, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge"})
+	if err == nil || !strings.Contains(err.Error(), "code = InvalidArgument desc = descriptors: must not be empty") {
+		t.Errorf("empty request: %v", err)
+	}
+}
+
+func TestHealthReflectionAndHTTP(t *testing.T) {
+	srv, _, conn := startServer(t)
+	ctx := context.Background()
+	for _, svc := range []string{"", rlsServiceName} {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q = %v, %v; want SERVING", svc, h, err)
+		}
+	}
+
+	stream, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.Send(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}})
+	r, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range r.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !strings.Contains(strings.Join(names, " "), rlsServiceName) {
+		t.Errorf("reflection lists %v, want %s", names, rlsServiceName)
+	}
+	stream.CloseSend()
+
+	base := "http://" + srv.httpLn.Addr().String()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(base + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("GET %s: %v %v", path, resp, err)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+	}
+	body := `{"domain":"edge","descriptors":[{"entries":[{"key":"api_key","value":"json"},{"key":"route","value":"search"}]}]}`
+	for i := 1; i <= 11; i++ {
+		resp, err := http.Post(base+"/json", "application/json", bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := 200
+		if i == 11 {
+			want = 429
+		}
+		if resp.StatusCode != want || !strings.Contains(string(out), `"overallCode"`) {
+			t.Fatalf("POST /json call %d: %d %s, want %d", i, resp.StatusCode, out, want)
+		}
+	}
+	resp, err := http.Post(base+"/json", "application/json", strings.NewReader(`{"domain":""}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(out), "domain: must not be empty") {
+		t.Errorf("POST /json bad: %d %s", resp.StatusCode, out)
+	}
+}
+
+// slowStore blocks every call until released, to hold calls in flight.
+func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
+	s, err := parseSettings([]string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--shutdown-delay", "200ms"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(s, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx) }()
+	conn, err := grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	health := healthpb.NewHealthClient(conn)
+	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	// During the shutdown delay health says NOT_SERVING and calls still work.
+	time.Sleep(50 * time.Millisecond)
+	h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health during shutdown = %v, %v; want NOT_SERVING", h, err)
+	}
+	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err != nil {
+		t.Errorf("call during shutdown delay: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not stop")
+	}
+	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err == nil {
+		t.Error("call after shutdown succeeded")
+	}
+}
+
+func TestSettings(t *testing.T) {
+	env := map[string]string{"SLUICE_GRPC_ADDR": ":9000", "SLUICE_RESPONSE_HEADERS": "compat", "SLUICE_STORE_TIMEOUT": "5ms"}
+	getenv := func(k string) string { return env[k] }
+	s, err := parseSettings([]string{"--grpc-addr", ":9001"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GRPCAddr != ":9001" || s.HTTPAddr != ":8080" || s.ResponseHeaders != "compat" || s.StoreTimeout != 5*time.Millisecond || s.Config != "config" {
+		t.Errorf("settings = %+v", s)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--response-headers", "ietf"}, nil, `--response-headers: unknown response header set "ietf" (want draft, compat, draft,compat or none)`},
+		{[]string{"--log-level", "loud"}, nil, `--log-level: unknown level "loud" (want debug, info, warn or error)`},
+		{[]string{"--failure-mode", "maybe"}, nil, `--failure-mode: unknown mode "maybe" (want error, allow or deny)`},
+		{[]string{"--max-descriptors", "0"}, nil, `--max-descriptors: 0 must be at least 1`},
+		{nil, map[string]string{"SLUICE_STORE_TIMEOUT": "soon"}, `SLUICE_STORE_TIMEOUT="soon": time: invalid duration "soon"`},
+		{[]string{"serve"}, nil, `unexpected argument "serve" (did you mean 'sluice check serve'?)`},
+	} {
+		_, err := parseSettings(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("parseSettings(%v, %v) error = %v, want %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+// TestReadmeSettingsTable keeps the README's settings table equal to the
+// flags the binary has.
+func TestReadmeSettingsTable(t *testing.T) {
+	readme, err := readFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	writeTable(&b)
+	if !strings.Contains(readme, b.String()) {
+		t.Errorf("README.md does not hold the settings table; paste this:\n%s", b.String())
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := cli([]string{"check", "../../config"}, &out, &errOut, func(string) string { return "" }); code != 0 {
+		t.Fatalf("check config = %d, stderr %s", code, errOut.String())
+	}
+	if got := out.String(); got != fmt.Sprintf("ok: 1 domains in 1 files\n") {
+		t.Errorf("check output %q", got)
+	}
+}
+
+func readFile(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return string(b), err
+}
