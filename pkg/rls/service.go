@@ -71,6 +71,9 @@ type Options struct {
 	// StoreTimeout bounds every store call; a shorter incoming deadline wins.
 	// Zero means DefaultStoreTimeout.
 	StoreTimeout time.Duration
+	// Metrics records decisions, store calls and latencies; nil records
+	// nothing.
+	Metrics *Metrics
 	// MaxDescriptors, MaxEntries and MaxKeyBytes bound the descriptors per
 	// request, the entries per descriptor and the bytes of an entry key. A
 	// request over them gets INVALID_ARGUMENT and touches no counter. Zero
@@ -91,9 +94,9 @@ type Service struct {
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
-// New returns a Service with no config: until SetConfig is called every
-// domain is unknown, so every call answers OK with no limits. New panics if
-// o.Store is nil, a programmer error.
+// New returns a Service with no config: until SetConfig is called every call
+// fails with UNAVAILABLE (ErrNoConfig), so Envoy's failure mode decides. New
+// panics if o.Store is nil, a programmer error.
 func New(o Options) *Service {
 	if o.Store == nil {
 		panic("rls: Options.Store is nil")
@@ -135,6 +138,15 @@ func (s *Service) Config() *descriptors.Config { return s.config.Load() }
 // Options; UNAVAILABLE when the store fails and the domain's failure mode is
 // FailureModeError; the context's code when ctx ends first.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.shouldRateLimit(ctx, req)
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.observeRequest(time.Since(start), status.Code(err).String())
+	}
+	return resp, err
+}
+
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -145,13 +157,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
+// ErrNoConfig is returned (as gRPC UNAVAILABLE) while no config is loaded:
+// without one Sluice cannot tell which limits apply.
+var ErrNoConfig = errors.New("rls: no config loaded")
+
 // grpcError maps an error of decide to its gRPC status: the one function
 // where Sluice's errors become codes.
 func grpcError(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, limiter.ErrStoreUnavailable):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, limiter.ErrStoreUnavailable):
+	case errors.Is(err, limiter.ErrStoreUnavailable), errors.Is(err, ErrNoConfig):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
@@ -212,15 +228,15 @@ type verdict struct {
 // decide evaluates a validated request.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	cfg := s.config.Load()
+	if cfg == nil {
+		return nil, ErrNoConfig
+	}
 	ds := req.GetDescriptors()
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
 	}
-	var dom *descriptors.Domain
-	if cfg != nil {
-		dom = cfg.Domain(req.GetDomain())
-	}
+	dom := cfg.Domain(req.GetDomain())
 	if dom == nil {
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -293,8 +309,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 
 	sctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	storeStart := time.Now()
 	results, err := s.opts.Store.Apply(sctx, hits)
 	cancel()
+	s.opts.Metrics.observeStore(time.Since(storeStart), err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -337,6 +355,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			denyRetry = max(denyRetry, r.RetryAfter)
+		}
+		if m := s.opts.Metrics; m != nil {
+			m.observe(dom.Name, ruleLabel(dom.Name, &v, ds[i]), hits[v.hit].Hits, r.Allowed, v.shadow, r.Remaining, hits[v.hit].Limit.Requests)
 		}
 		if ce := s.log.Check(zap.DebugLevel, "descriptor decided"); ce != nil {
 			ce.Write(zap.String("domain", dom.Name), zap.Int("descriptor", i), zap.String("limit_name", v.name),
@@ -385,6 +406,7 @@ func (s *Service) failure(dom *descriptors.Domain, vs []verdict, resp *rlsv3.Rat
 	if mode == "" {
 		mode = s.opts.FailureMode
 	}
+	s.opts.Metrics.observeFailure(dom.Name, mode)
 	switch mode {
 	case FailureModeAllow, FailureModeDeny:
 		s.log.Warn("store failed, answering by failure mode", zap.String("domain", dom.Name), zap.String("failure_mode", mode), zap.Error(err))

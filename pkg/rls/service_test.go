@@ -304,8 +304,8 @@ func TestUnknownDomainAndNoConfig(t *testing.T) {
 		t.Errorf("unknown domain: %s", got)
 	}
 	s.SetConfig(nil)
-	if got := brief(call(t, s, request(desc("api_key", "a")))); got != "OK [OK:-]" {
-		t.Errorf("no config: %s", got)
+	if _, err := s.ShouldRateLimit(context.Background(), request(desc("api_key", "a"))); status.Code(err) != codes.Unavailable {
+		t.Errorf("no config: error %v, want Unavailable", err)
 	}
 }
 

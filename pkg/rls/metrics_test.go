@@ -1,0 +1,99 @@
+package rls
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+)
+
+// TestMetrics drives a known sequence and asserts the exact counters.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestService(t, Options{Metrics: m})
+	key := desc("api_key", "a")
+	// per_key is 3 a minute: 3 admitted (the 2nd and 3rd leave it over half
+	// used: near limit), 2 denied.
+	for range 5 {
+		s.ShouldRateLimit(context.Background(), request(key))
+	}
+	// Shadow: 1 a second, 3 calls: 1 within, 2 shadow over limit.
+	for range 3 {
+		s.ShouldRateLimit(context.Background(), request(desc("shadow", "s")))
+	}
+	// A request hits_addend of 2 counts 2 hits.
+	r := request(desc("generous", "g"))
+	r.HitsAddend = 2
+	s.ShouldRateLimit(context.Background(), r)
+	// Invalid and unmatched calls count no hits.
+	s.ShouldRateLimit(context.Background(), request())
+	s.ShouldRateLimit(context.Background(), request(desc("nothing", "x")))
+
+	want := `
+# HELP sluice_rate_limit_near_limit_total Admitted hits that left the limit above the near-limit ratio, by domain and rule.
+# TYPE sluice_rate_limit_near_limit_total counter
+sluice_rate_limit_near_limit_total{domain="test",rule="api_key",} 2
+sluice_rate_limit_near_limit_total{domain="test",rule="shadow"} 1
+# HELP sluice_rate_limit_over_limit_total Hits denied by an enforced limit, by domain and rule.
+# TYPE sluice_rate_limit_over_limit_total counter
+sluice_rate_limit_over_limit_total{domain="test",rule="api_key"} 2
+# HELP sluice_rate_limit_shadow_mode_over_limit_total Hits a shadow-mode limit would have denied, by domain and rule.
+# TYPE sluice_rate_limit_shadow_mode_over_limit_total counter
+sluice_rate_limit_shadow_mode_over_limit_total{domain="test",rule="shadow"} 2
+# HELP sluice_rate_limit_total_hits_total Hits (hits_addend) evaluated against a limit, by domain and rule.
+# TYPE sluice_rate_limit_total_hits_total counter
+sluice_rate_limit_total_hits_total{domain="test",rule="api_key"} 5
+sluice_rate_limit_total_hits_total{domain="test",rule="generous"} 2
+sluice_rate_limit_total_hits_total{domain="test",rule="shadow"} 3
+# HELP sluice_rate_limit_within_limit_total Hits the limit admitted, by domain and rule.
+# TYPE sluice_rate_limit_within_limit_total counter
+sluice_rate_limit_within_limit_total{domain="test",rule="api_key"} 3
+sluice_rate_limit_within_limit_total{domain="test",rule="generous"} 2
+sluice_rate_limit_within_limit_total{domain="test",rule="shadow"} 1
+# HELP sluice_store_calls_total Store calls, by result (ok, error).
+# TYPE sluice_store_calls_total counter
+sluice_store_calls_total{result="ok"} 9
+`
+	want = strings.Replace(want, `rule="api_key",}`, `rule="api_key"}`, 1)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"sluice_rate_limit_total_hits_total", "sluice_rate_limit_over_limit_total", "sluice_rate_limit_near_limit_total",
+		"sluice_rate_limit_within_limit_total", "sluice_rate_limit_shadow_mode_over_limit_total", "sluice_store_calls_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.requestLatency); n != 2 {
+		t.Errorf("request latency series = %d, want 2 (OK and InvalidArgument)", n)
+	}
+}
+
+func TestRuleLabel(t *testing.T) {
+	s, _ := newTestService(t, Options{})
+	cfg := s.Config()
+	for _, tc := range []struct {
+		entries []string
+		want    string
+	}{
+		{[]string{"api_key", "secret"}, "api_key"},
+		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search"},
+		{[]string{"files", "files/a"}, "files_files/*"},
+		{[]string{"detailed", "x"}, "detailed_x"},
+		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op"},
+	} {
+		d := desc(tc.entries...)
+		var es []descriptors.Entry
+		for i := 0; i+1 < len(tc.entries); i += 2 {
+			es = append(es, descriptors.Entry{Key: tc.entries[i], Value: tc.entries[i+1]})
+		}
+		v := verdict{rule: cfg.Match("test", es)}
+		if got := ruleLabel("test", &v, d); got != tc.want {
+			t.Errorf("ruleLabel(%v) = %q, want %q", tc.entries, got, tc.want)
+		}
+	}
+}
