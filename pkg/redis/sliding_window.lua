@@ -32,6 +32,10 @@
 --             caller picks one, because in a Cluster another slot's script
 --             may deny a request this one admitted.
 --
+-- Mode "c" (check): as "a" but never writes; the reply's admitted says
+-- whether "a" would have admitted, and delta is 0. For the slots of a Cluster
+-- request that another slot already denied.
+--
 -- Mode "u" (undo): take back what an admitting "a" call consumed, when the
 -- request was denied by a script on another Cluster slot.
 --   KEYS      the keys of that call.
@@ -211,7 +215,7 @@ local nc, delta = {}, {}
 for k = 1, nk do
   nc[k], delta[k] = rc[k], 0
 end
-if admitted then
+if admitted and ARGV[1] == 'a' then
   local inc, dec = {}, {}
   for k = 1, nk do
     inc[k], dec[k] = 0, 0

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -108,24 +109,41 @@ func (s *Store) Close() error {
 // group is the part of one request that one script call decides: hits whose
 // counters share a Cluster slot (on a standalone Redis, all of them).
 type group struct {
+	slot int
 	keys []string
 	hits []int // indices into the request's hits
-	args []any
+	args []any // the "a" ARGV; args[0] is the mode
 
-	reply    []any // the "a" reply
+	reply    []any // the "a" or "c" reply
 	admitted bool
 }
 
+// call is one script call: its keys and ARGV, and where its reply goes.
+type call struct {
+	keys  []string
+	args  []any
+	reply *[]any
+}
+
 // Apply implements limiter.Store: it evaluates every hit and consumes them
-// only if every enforced hit is admitted, in one script call on a standalone
-// Redis and one per involved slot on a Cluster (calls to one node share a
-// pipeline). It returns one Result per hit in input order.
+// only if every enforced hit is admitted. It returns one Result per hit in
+// input order. Apply is safe for concurrent use.
 //
-// On a Cluster, a request whose slots disagree is denied and the slots that
-// admitted it are refunded by a second call. Between the two calls (one round
-// trip, bounded by CallTimeout), other requests see the consumption and may be
-// denied by it; if the refund fails it is logged, not returned, and the
-// counters keep it until their windows pass.
+// On a standalone or Sentinel Redis, and on a Cluster when every counter of
+// the request shares a slot, Apply is one script call: atomic, one round trip.
+//
+// On a Cluster, counters in different slots cannot be in one script, so the
+// slots are decided one after another in ascending slot order, one round
+// trip each, stopping at the first slot that denies. Then, in one pipelined
+// round trip, the slots that admitted are refunded exactly what they consumed
+// and the remaining slots are evaluated without consuming (for their
+// Results). Between a slot's consumption and its refund (a few round trips)
+// other requests see the consumption and may be denied by it; deciding the
+// slots in one fixed order keeps that rare, since a slot only ever sees
+// requests that every earlier slot admitted. The refund runs under a fresh
+// CallTimeout even when ctx has ended, so that it is not lost; if it fails it
+// is logged, not returned, and the counters keep the consumption until their
+// windows pass.
 //
 // Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
 // or the deadline (ctx or CallTimeout) passes, and a plain error naming the
@@ -147,19 +165,24 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	}
 
 	groups := s.split(hits, now)
-	err := s.run(ctx, groups, func(g *group) []any { return g.args })
-	admitted := err == nil
-	for _, g := range groups {
-		if g.reply != nil {
-			g.admitted, _ = parseAdmitted(g.reply)
+	admitted := true
+	for j, g := range groups {
+		if err := s.run(ctx, []call{{g.keys, g.args, &g.reply}}); err != nil {
+			s.undo(ctx, hits, groups[:j], now)
+			return nil, err
 		}
-		admitted = admitted && g.admitted
-	}
-	if !admitted && len(groups) > 1 {
-		s.undo(ctx, hits, groups, now)
-	}
-	if err != nil {
-		return nil, err
+		var err error
+		if g.admitted, err = parseAdmitted(g.reply); err != nil {
+			s.undo(ctx, hits, groups[:j], now)
+			return nil, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
+		}
+		if !g.admitted {
+			admitted = false
+			if err := s.finishDenied(ctx, hits, groups, j, now); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 
 	results := make([]limiter.Result, len(hits))
@@ -171,11 +194,39 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	return results, nil
 }
 
+// finishDenied handles a Cluster request that groups[j] denied: in one
+// pipeline it refunds groups[:j] and evaluates groups[j+1:] in check mode.
+func (s *Store) finishDenied(ctx context.Context, hits []limiter.Hit, groups []*group, j int, now string) error {
+	calls := s.undoCalls(hits, groups[:j], now)
+	rest := groups[j+1:]
+	for _, g := range rest {
+		args := append([]any{"c"}, g.args[1:]...)
+		calls = append(calls, call{g.keys, args, &g.reply})
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	// A fresh deadline: the refund must be sent even if ctx has ended.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	err := s.run(uctx, calls)
+	if err != nil {
+		if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot denial may have failed"); ce != nil {
+			ce.Write(zap.Int("slots", j), zap.Error(err))
+		}
+	}
+	for _, g := range rest {
+		if g.reply == nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // split builds one group per slot (one group in all on a standalone Redis),
-// each with its distinct keys and its "a" arguments.
+// each with its distinct keys and its "a" arguments, in ascending slot order.
 func (s *Store) split(hits []limiter.Hit, now string) []*group {
 	var groups []*group
-	bySlot := map[int]*group{}
 	keyIndex := make(map[string]int, len(hits)) // key -> 1-based index in its group
 	for i, h := range hits {
 		key := counterKey(s.prefix, h)
@@ -183,11 +234,16 @@ func (s *Store) split(hits []limiter.Hit, now string) []*group {
 		if s.cluster {
 			sl = slot(key)
 		}
-		g := bySlot[sl]
+		var g *group
+		for _, x := range groups {
+			if x.slot == sl {
+				g = x
+				break
+			}
+		}
 		if g == nil {
-			g = &group{args: make([]any, 0, 2+5*len(hits))}
+			g = &group{slot: sl, args: make([]any, 0, 2+5*len(hits))}
 			g.args = append(g.args, "a", now)
-			bySlot[sl] = g
 			groups = append(groups, g)
 		}
 		k, ok := keyIndex[key]
@@ -209,92 +265,88 @@ func (s *Store) split(hits []limiter.Hit, now string) []*group {
 		g.hits = append(g.hits, i)
 		g.args = append(g.args, k, h.Limit.Requests, h.Limit.Window.Milliseconds(), h.Hits, flags)
 	}
+	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
 	return groups
 }
 
-// run sends one script call per group (args(g) its ARGV) and stores each
-// reply in g.reply. One group is one Script.Run; several share a pipeline,
-// which a ClusterClient splits per node, and a NOSCRIPT answer is retried
-// with Script.Run. It returns the first error, wrapped.
-func (s *Store) run(ctx context.Context, groups []*group, args func(*group) []any) error {
-	if len(groups) == 1 {
-		g := groups[0]
-		r, err := slidingWindow.Run(ctx, s.c, g.keys, args(g)...).Slice()
+// run sends the calls and stores each reply. One call is one Script.Run
+// (EVALSHA, then EVAL on NOSCRIPT); several share a pipeline, which a
+// ClusterClient splits per node, and a NOSCRIPT answer is retried with
+// Script.Run. It returns the first error, wrapped.
+func (s *Store) run(ctx context.Context, calls []call) error {
+	if len(calls) == 1 {
+		c := calls[0]
+		r, err := slidingWindow.Run(ctx, s.c, c.keys, c.args...).Slice()
 		if err != nil {
-			return fmt.Errorf("%w: run sliding window script on %d keys: %w", limiter.ErrStoreUnavailable, len(g.keys), err)
+			return fmt.Errorf("%w: run sliding window script on %d keys: %w", limiter.ErrStoreUnavailable, len(c.keys), err)
 		}
-		g.reply = r
+		*c.reply = r
 		return nil
 	}
 	pipe := s.c.Pipeline()
-	cmds := make([]*goredis.Cmd, len(groups))
-	for i, g := range groups {
-		cmds[i] = pipe.EvalSha(ctx, slidingWindow.Hash(), g.keys, args(g)...)
+	cmds := make([]*goredis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.EvalSha(ctx, slidingWindow.Hash(), c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
 	var first error
-	for i, g := range groups {
+	for i, c := range calls {
 		r, err := cmds[i].Slice()
 		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			r, err = slidingWindow.Run(ctx, s.c, g.keys, args(g)...).Slice()
+			r, err = slidingWindow.Run(ctx, s.c, c.keys, c.args...).Slice()
 		}
 		if err != nil {
 			if first == nil {
-				first = fmt.Errorf("%w: run sliding window script on %d keys in %d slots: %w",
-					limiter.ErrStoreUnavailable, len(g.keys), len(groups), err)
+				first = fmt.Errorf("%w: run sliding window script on %d keys (%d calls): %w",
+					limiter.ErrStoreUnavailable, len(c.keys), len(calls), err)
 			}
 			continue
 		}
-		g.reply = r
+		*c.reply = r
 	}
 	return first
 }
 
-// undo refunds what the admitting groups of a denied (or failed) request
-// consumed, under a deadline of its own: the caller's may have passed, and a
-// refund that is not sent leaves the consumption in place.
+// undo refunds what groups (which all admitted) consumed, under a fresh
+// deadline; a failure is logged.
 func (s *Store) undo(ctx context.Context, hits []limiter.Hit, groups []*group, now string) {
-	var todo []*group
-	undoArgs := map[*group][]any{}
-	for _, g := range groups {
-		if !g.admitted {
-			continue
-		}
-		a, err := undoArgs1(g, hits, now)
-		if err != nil || a == nil {
-			continue
-		}
-		undoArgs[g] = a
-		todo = append(todo, g)
-	}
-	if len(todo) == 0 {
+	calls := s.undoCalls(hits, groups, now)
+	if len(calls) == 0 {
 		return
 	}
-	replies := make([][]any, len(todo))
-	for i, g := range todo {
-		replies[i] = g.reply
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	err := s.run(ctx, todo, func(g *group) []any { return undoArgs[g] })
-	for i, g := range todo {
-		g.reply = replies[i] // keep the "a" replies for the Results
-	}
-	if err != nil {
-		if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot denial failed"); ce != nil {
-			ce.Write(zap.Int("slots", len(todo)), zap.Error(err))
+	if err := s.run(uctx, calls); err != nil {
+		if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot failure failed"); ce != nil {
+			ce.Write(zap.Int("slots", len(groups)), zap.Error(err))
 		}
 	}
 }
 
-// undoArgs1 returns the "u" ARGV taking back what g's "a" call consumed, or
-// nil when it consumed nothing.
-func undoArgs1(g *group, hits []limiter.Hit, now string) ([]any, error) {
-	nh := len(g.hits)
-	tail := g.reply[2+7*nh:]
-	if len(tail) != 2*len(g.keys) {
-		return nil, errors.New("redis: sliding window reply has the wrong length")
+// undoCalls returns the "u" calls that take back what the admitting groups
+// consumed; groups that consumed nothing need none.
+func (s *Store) undoCalls(hits []limiter.Hit, groups []*group, now string) []call {
+	var calls []call
+	for _, g := range groups {
+		if !g.admitted || g.reply == nil {
+			continue
+		}
+		if a := undoArgs(g, hits, now); a != nil {
+			var discard []any
+			calls = append(calls, call{g.keys, a, &discard})
+		}
 	}
+	return calls
+}
+
+// undoArgs returns the "u" ARGV taking back what g's "a" call consumed, or
+// nil when it consumed nothing (or its reply is malformed).
+func undoArgs(g *group, hits []limiter.Hit, now string) []any {
+	nh := len(g.hits)
+	if len(g.reply) != 2+7*nh+2*len(g.keys) {
+		return nil
+	}
+	tail := g.reply[2+7*nh:]
 	window := make([]int64, len(g.keys))
 	for j, i := range g.hits {
 		window[g.args[2+5*j].(int)-1] = hits[i].Limit.Window.Milliseconds()
@@ -305,15 +357,15 @@ func undoArgs1(g *group, hits []limiter.Hit, now string) ([]any, error) {
 		idx, ok1 := tail[2*k].(int64)
 		delta, ok2 := tail[2*k+1].(int64)
 		if !ok1 || !ok2 {
-			return nil, errors.New("redis: sliding window reply has a non-integer window index or delta")
+			return nil
 		}
 		changed = changed || delta != 0
 		args = append(args, idx, delta, window[k])
 	}
 	if !changed {
-		return nil, nil
+		return nil
 	}
-	return args, nil
+	return args
 }
 
 func parseAdmitted(r []any) (bool, error) {
