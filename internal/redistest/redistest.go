@@ -118,6 +118,44 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// SentinelMaster is the master name that Sentinel monitors.
+const SentinelMaster = "sluicemaster"
+
+// Sentinel starts a private master and one Sentinel (quorum 1) monitoring it
+// as SentinelMaster, stops both in t.Cleanup, and returns the Sentinel's
+// address and the master.
+func Sentinel(t testing.TB) (sentinel string, master *Server) {
+	t.Helper()
+	master = Start(t)
+	var last error
+	for range 5 {
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", SentinelMaster, master.port)
+		s, err := startConf(ports[0], conf)
+		if err != nil {
+			last = err
+			continue
+		}
+		t.Cleanup(s.Close)
+		deadline := time.Now().Add(startTimeout)
+		for {
+			r, err := Do(s.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster)
+			if a, ok := r.([]any); err == nil && ok && len(a) == 2 {
+				return s.Addr(), master
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sentinel %s does not know %s within %v: %v %v", s.Addr(), SentinelMaster, startTimeout, r, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Fatal(last)
+	return "", nil
+}
+
 // Prefix returns a key prefix unique within the test binary and across
 // runs against the same Redis, built from name (use t.Name()).
 func Prefix(name string) string {
@@ -132,6 +170,7 @@ type Server struct {
 	mu      sync.Mutex
 	port    int
 	dir     string
+	conf    string // a config file to start with, for Sentinel
 	extra   []string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -185,15 +224,19 @@ func (s *Server) Close() {
 }
 
 func (s *Server) startLocked() error {
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = []string{s.conf, "--sentinel"}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-		"--protected-mode", "no",
-	}, s.extra...)
+		"--protected-mode", "no")
+	args = append(args, s.extra...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	done := make(chan struct{})
@@ -274,11 +317,24 @@ func newServer(extra ...string) (*Server, error) {
 }
 
 func startOn(port int, extra ...string) (*Server, error) {
+	return startConf(port, "", extra...)
+}
+
+// startConf starts a server on port; a non-empty conf is written to a config
+// file that the server starts from in Sentinel mode.
+func startConf(port int, conf string, extra ...string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{port: port, dir: dir}
+	if conf != "" {
+		s.conf = filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	for _, a := range extra {
 		s.extra = append(s.extra, strings.ReplaceAll(a, "$DIR", dir))
 	}

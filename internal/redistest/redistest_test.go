@@ -59,3 +59,15 @@ func TestPrefixUnique(t *testing.T) {
 		t.Errorf("Prefix twice = %q, %q: want distinct and without braces", a, b)
 	}
 }
+
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	sentinel, master := redistest.Sentinel(t)
+	r, err := redistest.Do(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", redistest.SentinelMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := r.([]any); a[0].(string)+":"+a[1].(string) != master.Addr() {
+		t.Errorf("sentinel reports master %v, want %s", a, master.Addr())
+	}
+}

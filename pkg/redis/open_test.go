@@ -1,0 +1,157 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+func TestRedacted(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"redis://localhost:6379/0", "redis://localhost:6379/0"},
+		{"redis://:s3cret@localhost:6379", "redis://:xxxxx@localhost:6379"},
+		{"rediss://user:s3cret@redis.example:6380/2", "rediss://user:xxxxx@redis.example:6380/2"},
+		{"redis://user@localhost", "redis://user@localhost"},
+		{"redis://u:s3cret@host:bad port", "<unparsable redis url>"},
+	} {
+		if got := Redacted(tc.in); got != tc.want {
+			t.Errorf("Redacted(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// applyOnce sends one hit through s and fails t on an error.
+func applyOnce(t *testing.T, s *Store, key string) limiter.Result {
+	t.Helper()
+	res, err := s.Apply(context.Background(), []limiter.Hit{perMinute(key, 5)})
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return res[0]
+}
+
+func TestOpenStandaloneACL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	if _, err := redistest.Do(srv.Addr(), "ACL", "SETUSER", "sluice", "on", ">s3cret", "~*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Settings{URL: "redis://sluice:s3cret@" + srv.Addr() + "/2", CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if r := applyOnce(t, s, "a"); !r.Allowed || r.Remaining != 4 {
+		t.Errorf("first hit = %+v, want Allowed with 4 remaining", r)
+	}
+	// The counter is in db 2.
+	if n, err := redistest.Do(srv.Addr(), "DBSIZE"); err != nil || n != int64(0) {
+		t.Errorf("DBSIZE of db 0 = %v, %v, want 0", n, err)
+	}
+
+	wrong, err := Open(Settings{URL: "redis://sluice:wrong@" + srv.Addr(), CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	_, err = wrong.Apply(context.Background(), []limiter.Hit{perMinute("a", 5)})
+	if !errors.Is(err, limiter.ErrStoreUnavailable) {
+		t.Errorf("Apply with a wrong password = %v, want ErrStoreUnavailable", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "wrong") {
+		t.Errorf("error %q shows the password", err)
+	}
+}
+
+func TestOpenSentinel(t *testing.T) {
+	t.Parallel()
+	sentinel, _ := redistest.Sentinel(t)
+	s, err := Open(Settings{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{sentinel}, CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	applyOnce(t, s, "a")
+	if r := applyOnce(t, s, "a"); r.Remaining != 3 {
+		t.Errorf("second hit = %+v, want 3 remaining", r)
+	}
+}
+
+func TestOpenCluster(t *testing.T) {
+	t.Parallel()
+	addrs := redistest.Cluster(t)
+	prefix := redistest.Prefix(t.Name())
+	s, err := Open(Settings{ClusterAddrs: addrs[:1], Prefix: prefix, CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := newClusterClient(t, addrs)
+	t.Cleanup(func() { deletePrefix(t, admin, prefix) })
+	if !s.cluster {
+		t.Fatal("Open with ClusterAddrs did not make a cluster Store")
+	}
+	keys := clusterKeys(t, admin, 3, time.Minute)
+	hits := []limiter.Hit{perMinute(keys[0], 2), perMinute(keys[1], 2), perMinute(keys[2], 2)}
+	for i := range 3 {
+		res, err := s.Apply(context.Background(), hits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, r := range res {
+			if r.Allowed != (i < 2) {
+				t.Errorf("request %d hit %d = %+v, want Allowed %v", i, j, r, i < 2)
+			}
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    Settings
+		want string
+	}{
+		{"no address", Settings{}, "redis url is empty"},
+		{"bad scheme", Settings{URL: "http://u:s3cret@localhost"}, "parse redis url"},
+		{"bad url", Settings{URL: "redis://u:s3cret@host:bad port"}, "parse redis url"},
+		{"sentinel without addresses", Settings{MasterName: "m"}, "without sentinel addresses"},
+		{"cluster with a db", Settings{URL: "redis://localhost/3", ClusterAddrs: []string{"localhost:7000"}}, "only db 0"},
+		{"missing ca file", Settings{URL: "rediss://localhost", TLSCAFile: filepath.Join(dir, "none.pem")}, "tls ca file"},
+		{"ca file without pem", Settings{URL: "rediss://localhost", TLSCAFile: notPEM}, "no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(tc.s, nil)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%+v) succeeded, want an error containing %q", tc.s, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Open error = %q, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("Open error = %q shows the password", err)
+			}
+		})
+	}
+}
