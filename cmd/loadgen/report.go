@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of the measured part of a run. Its JSON form is
+// what -json prints; durations are in microseconds, rates per second.
+type Report struct {
+	Target      string  `json:"target"`
+	Mode        string  `json:"mode"` // "closed" or "open"
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate,omitempty"` // open loop target, requests/s
+	Connections int     `json:"connections"`
+	Descriptors int     `json:"descriptors"`
+	Keys        int     `json:"keys"`
+	Skew        string  `json:"skew"`
+	ZipfS       float64 `json:"zipf_s,omitempty"`
+	OverShare   float64 `json:"over_share"`
+	Domain      string  `json:"domain"`
+	HitsAddend  uint64  `json:"hits_addend,omitempty"`
+	WarmupSec   float64 `json:"warmup_s"`
+	ElapsedSec  float64 `json:"elapsed_s"` // measured wall time
+
+	// Requests is every measured call that completed or failed; it equals
+	// OK + OverLimit + Unknown + the sum of Errors.
+	Requests int64 `json:"requests"`
+	// DecisionsPerSec is Requests / ElapsedSec: ShouldRateLimit calls
+	// answered per second (each decides Descriptors descriptors).
+	DecisionsPerSec   float64          `json:"decisions_per_s"`
+	DescriptorsPerSec float64          `json:"descriptors_per_s"`
+	OK                int64            `json:"ok"`
+	OverLimit         int64            `json:"over_limit"`
+	Unknown           int64            `json:"unknown"` // overall_code UNKNOWN
+	Errors            map[string]int64 `json:"errors"`  // by gRPC code name
+	ErrorTotal        int64            `json:"error_total"`
+	Latency           Latency          `json:"latency_us"`
+}
+
+// Latency is the call latency distribution in microseconds: from the call's
+// start (closed loop) or due time (open loop) to its answer.
+type Latency struct {
+	Min  float64 `json:"min"`
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9"`
+	Max  float64 `json:"max"`
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
+	r := &Report{
+		Target: o.Target, Mode: "closed", Concurrency: o.Concurrency, Connections: o.Connections,
+		Descriptors: o.Descriptors, Keys: o.Keys, Skew: o.Skew, OverShare: o.OverShare,
+		Domain: o.Domain, HitsAddend: o.HitsAddend, WarmupSec: o.Warmup.Seconds(),
+		ElapsedSec: elapsed.Seconds(), Errors: map[string]int64{},
+	}
+	if o.Rate > 0 {
+		r.Mode, r.Rate = "open", o.Rate
+	}
+	if o.Skew == "zipf" {
+		r.ZipfS = o.ZipfS
+	}
+	var h hist
+	for _, w := range workers {
+		r.OK += w.t.ok
+		r.OverLimit += w.t.over
+		r.Unknown += w.t.unknown
+		for c, n := range w.t.errs {
+			r.Errors[c.String()] += n
+			r.ErrorTotal += n
+		}
+		h.merge(&w.t.lat)
+	}
+	r.Requests = r.OK + r.OverLimit + r.Unknown + r.ErrorTotal
+	if s := elapsed.Seconds(); s > 0 {
+		r.DecisionsPerSec = float64(r.Requests) / s
+		r.DescriptorsPerSec = r.DecisionsPerSec * float64(o.Descriptors)
+	}
+	r.Latency = Latency{
+		Min: us(time.Duration(h.min)), Mean: us(h.mean()),
+		P50: us(h.quantile(0.50)), P90: us(h.quantile(0.90)), P99: us(h.quantile(0.99)),
+		P999: us(h.quantile(0.999)), Max: us(time.Duration(h.max)),
+	}
+	return r
+}
+
+func (r *Report) writeText(w io.Writer) {
+	mode := fmt.Sprintf("closed loop, %d callers", r.Concurrency)
+	if r.Mode == "open" {
+		mode = fmt.Sprintf("open loop, %.0f req/s, at most %d in flight", r.Rate, r.Concurrency)
+	}
+	skew := r.Skew
+	if r.Skew == "zipf" {
+		skew = fmt.Sprintf("zipf s=%g", r.ZipfS)
+	}
+	fmt.Fprintf(w, "target      %s (%d connections), domain %q, %s\n", r.Target, r.Connections, r.Domain, mode)
+	fmt.Fprintf(w, "requests    %d descriptors each, %d keys %s, over-limit share %g\n", r.Descriptors, r.Keys, skew, r.OverShare)
+	fmt.Fprintf(w, "measured    %.2fs after %.2fs warmup\n", r.ElapsedSec, r.WarmupSec)
+	fmt.Fprintf(w, "decisions   %d (%.0f/s, %.0f descriptors/s)\n", r.Requests, r.DecisionsPerSec, r.DescriptorsPerSec)
+	fmt.Fprintf(w, "outcomes    OK %d (%s), OVER_LIMIT %d (%s), UNKNOWN %d, errors %d (%s)\n",
+		r.OK, pct(r.OK, r.Requests), r.OverLimit, pct(r.OverLimit, r.Requests), r.Unknown, r.ErrorTotal, pct(r.ErrorTotal, r.Requests))
+	if len(r.Errors) > 0 {
+		var parts []string
+		for _, c := range slices.Sorted(maps.Keys(r.Errors)) {
+			parts = append(parts, fmt.Sprintf("%s %d", c, r.Errors[c]))
+		}
+		fmt.Fprintf(w, "errors      %s\n", strings.Join(parts, ", "))
+	}
+	l := r.Latency
+	fmt.Fprintf(w, "latency µs  p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f  (min %.0f, mean %.0f)\n",
+		l.P50, l.P90, l.P99, l.P999, l.Max, l.Min, l.Mean)
+}
+
+func pct(n, of int64) string {
+	if of == 0 {
+		return "0%"
+	}
+	return fmt.Sprintf("%.2f%%", 100*float64(n)/float64(of))
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// callTimeout bounds one call, so that a stalled server cannot keep a run
+// from stopping; it shows up as DeadlineExceeded errors.
+const callTimeout = 5 * time.Second
+
+// tally is what one worker saw in the measured part of the run.
+type tally struct {
+	ok, over, unknown int64
+	errs              map[codes.Code]int64
+	lat               hist
+}
+
+// worker builds and sends one caller's requests. Each worker owns its
+// request message and random source, so requests need no locking and the
+// message is reused once its call has returned.
+type worker struct {
+	o      *options
+	client rlsv3.RateLimitServiceClient
+	rng    *rand.Rand
+	zipf   *rand.Zipf
+	req    *rlsv3.RateLimitRequest
+	t      tally
+}
+
+func newWorker(o *options, client rlsv3.RateLimitServiceClient, id int) *worker {
+	w := &worker{o: o, client: client, rng: rand.New(rand.NewPCG(o.Seed, uint64(id)))}
+	if o.Skew == "zipf" {
+		w.zipf = rand.NewZipf(w.rng, o.ZipfS, 1, uint64(o.Keys-1))
+	}
+	w.req = &rlsv3.RateLimitRequest{Domain: o.Domain, HitsAddend: uint32(o.HitsAddend)}
+	for i := range o.Descriptors {
+		w.req.Descriptors = append(w.req.Descriptors, &rlcommon.RateLimitDescriptor{
+			Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: o.EntryKeys[i%len(o.EntryKeys)]}},
+		})
+	}
+	w.t.errs = map[codes.Code]int64{}
+	return w
+}
+
+func (w *worker) key() int {
+	if w.zipf != nil {
+		return int(w.zipf.Uint64())
+	}
+	return w.rng.IntN(w.o.Keys)
+}
+
+// fill chooses the values of the next request.
+func (w *worker) fill() {
+	hot := w.o.OverShare > 0 && w.rng.Float64() < w.o.OverShare
+	for i, d := range w.req.Descriptors {
+		if i == 0 && hot {
+			d.Entries[0].Value = w.o.HotPrefix + strconv.Itoa(w.rng.IntN(w.o.HotKeys))
+			continue
+		}
+		d.Entries[0].Value = "k" + strconv.Itoa(w.key())
+	}
+}
+
+// call sends the current request; it records the outcome and the latency
+// since due when measure is true.
+func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	resp, err := w.client.ShouldRateLimit(cctx, w.req)
+	cancel()
+	lat := time.Since(due)
+	if !measure {
+		return
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the run ended during the call: not a server error
+		}
+		w.t.errs[status.Code(err)]++
+	} else {
+		switch resp.GetOverallCode() {
+		case rlsv3.RateLimitResponse_OK:
+			w.t.ok++
+		case rlsv3.RateLimitResponse_OVER_LIMIT:
+			w.t.over++
+		default:
+			w.t.unknown++
+		}
+	}
+	w.t.lat.record(lat)
+}
+
+// run dials o.Connections connections, drives the load and returns the
+// report of the measured part. It returns an error only if it cannot start.
+func run(ctx context.Context, o *options) (*Report, error) {
+	addr, err := dialAddr(ctx, o.Target)
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]*grpc.ClientConn, o.Connections)
+	for i := range conns {
+		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		defer c.Close()
+		c.Connect()
+		conns[i] = c
+	}
+	// Wait until every connection is up (or fails) before the clock starts,
+	// so the first calls do not measure the handshake.
+	{
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		probe := newWorker(o, rlsv3.NewRateLimitServiceClient(conns[0]), -1)
+		for _, c := range conns {
+			probe.client = rlsv3.NewRateLimitServiceClient(c)
+			probe.fill()
+			if _, err := probe.client.ShouldRateLimit(dctx, probe.req, grpc.WaitForReady(true)); err != nil && status.Code(err) != codes.InvalidArgument {
+				cancel()
+				return nil, fmt.Errorf("first call to %s: %w", addr, err)
+			}
+		}
+		cancel()
+	}
+
+	workers := make([]*worker, o.Concurrency)
+	for i := range workers {
+		workers[i] = newWorker(o, rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]), i)
+	}
+
+	start := time.Now()
+	measureFrom := start.Add(o.Warmup)
+	rctx, cancel := context.WithDeadline(ctx, measureFrom.Add(o.Duration))
+	defer cancel()
+	// sctx stops issuing new requests (at the deadline, or once -requests
+	// have been issued); rctx bounds the calls themselves, so that calls in
+	// flight when -requests is reached still complete and count.
+	sctx, stopIssuing := context.WithCancel(rctx)
+	defer stopIssuing()
+	var issued atomic.Int64 // measured requests started, for -requests
+	take := func(now time.Time) (measure, ok bool) {
+		if now.Before(measureFrom) {
+			return false, true
+		}
+		if o.Requests > 0 && issued.Add(1) > o.Requests {
+			stopIssuing()
+			return true, false
+		}
+		return true, true
+	}
+
+	var wg sync.WaitGroup
+	if o.Rate == 0 {
+		for _, w := range workers {
+			wg.Go(func() {
+				for sctx.Err() == nil {
+					now := time.Now()
+					measure, ok := take(now)
+					if !ok {
+						return
+					}
+					w.fill()
+					w.call(rctx, now, measure)
+				}
+			})
+		}
+	} else {
+		due := make(chan time.Time, o.Concurrency)
+		for _, w := range workers {
+			wg.Go(func() {
+				for t := range due {
+					if sctx.Err() != nil {
+						continue // drain
+					}
+					measure, ok := take(t)
+					if !ok {
+						continue
+					}
+					w.fill()
+					w.call(rctx, t, measure)
+				}
+			})
+		}
+		schedule(sctx, start, o.Rate, due)
+		close(due)
+	}
+	wg.Wait()
+	end := time.Now()
+	elapsed := end.Sub(measureFrom)
+	if deadline, _ := rctx.Deadline(); end.After(deadline) {
+		elapsed = deadline.Sub(measureFrom) // calls cut at the deadline are not counted
+	}
+	return newReport(o, workers, elapsed), nil
+}
+
+// schedule sends on due the times at which requests are due, rate per
+// second from start, until ctx ends. It sends every request whose time has
+// come and then sleeps until the next is due (at least 50µs, to keep the
+// scheduler from spinning); when due is full, sending blocks, and the
+// waiting shows in the latency of those requests, measured from their due
+// time.
+func schedule(ctx context.Context, start time.Time, rate float64, due chan<- time.Time) {
+	interval := time.Duration(float64(time.Second) / rate)
+	var i int64
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		for {
+			t := start.Add(time.Duration(float64(i) * float64(time.Second) / rate))
+			if t.After(now) {
+				break
+			}
+			select {
+			case due <- t:
+				i++
+			case <-ctx.Done():
+				return
+			}
+		}
+		next := start.Add(time.Duration(float64(i) * float64(time.Second) / rate))
+		timer.Reset(max(time.Until(next), min(interval, 50*time.Microsecond)))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
