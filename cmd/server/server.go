@@ -11,14 +11,17 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/redis"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
@@ -32,7 +35,10 @@ type server struct {
 	log    *zap.Logger
 	svc    *rls.Service
 	store  limiter.Store
-	closer func() error // closes the store, nil if nothing to close
+	closer func() error                // closes the store, nil if nothing to close
+	ping   func(context.Context) error // checks the store, nil if it cannot fail
+	reg    *prometheus.Registry
+	config *configState
 
 	grpc     *grpc.Server
 	health   *health.Server
@@ -45,19 +51,8 @@ type server struct {
 // newServer loads the config, opens the store and binds both listeners. On
 // error it releases whatever it had already acquired.
 func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
-	cfg, err := descriptors.Load(s.Config)
-	if err != nil {
-		for _, e := range unjoin(err) {
-			log.Error("config error", zap.String("config_file", s.Config), zap.Error(e))
-		}
-		return nil, fmt.Errorf("config %s: %d errors", s.Config, len(unjoin(err)))
-	}
-	for _, w := range cfg.Warnings {
-		log.Warn("config warning", zap.Error(w))
-	}
-	log.Info("config loaded", zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains())))
-
-	srv := &server{set: s, log: log}
+	srv := &server{set: s, log: log, reg: prometheus.NewRegistry()}
+	srv.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
 		if err != nil {
 			srv.close()
@@ -66,7 +61,12 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	if err := srv.openStore(); err != nil {
 		return nil, err
 	}
+	metrics, err := rls.NewMetrics(srv.reg, s.nearLimitRatio())
+	if err != nil {
+		return nil, err
+	}
 	srv.svc = rls.New(rls.Options{
+		Metrics:         metrics,
 		Store:           srv.store,
 		Logger:          log.Named("rls"),
 		Headers:         s.headers,
@@ -78,7 +78,10 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,
 	})
-	srv.svc.SetConfig(cfg)
+	// A bad config at start is not fatal: Sluice serves NOT_SERVING (and
+	// answers UNAVAILABLE) until a fixed config is loaded by the watcher.
+	srv.config = newConfigState(srv.reg)
+	srv.config.load(s.Config, srv.svc, log)
 
 	srv.grpc = grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
@@ -89,6 +92,8 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", srv.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /config", srv.config)
 	mux.Handle("/json", srv.svc.JSONHandler())
 	srv.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
@@ -104,39 +109,113 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 // openStore opens the store the settings name: the in-memory store when
 // --redis-url is empty.
 func (srv *server) openStore() error {
-	if srv.set.RedisURL != "" {
-		return errors.New("--redis-url: the Redis store is not built into this binary yet")
+	set := srv.set
+	if set.RedisURL != "" || set.RedisSentinel != "" || set.RedisCluster != "" {
+		st, err := redis.Open(redis.Settings{
+			URL:           set.RedisURL,
+			MasterName:    set.RedisSentinel,
+			SentinelAddrs: splitList(set.RedisSentinels),
+			ClusterAddrs:  splitList(set.RedisCluster),
+			PoolSize:      set.RedisPoolSize,
+			DialTimeout:   set.RedisDial,
+			ReadTimeout:   set.RedisRead,
+			WriteTimeout:  set.RedisWrite,
+			CallTimeout:   set.StoreTimeout,
+			Prefix:        set.RedisPrefix,
+			TLSCAFile:     set.RedisTLSCA,
+		}, srv.log)
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		return nil
 	}
 	srv.store = limiter.NewMemoryStore(limiter.MemoryOptions{MaxCounters: srv.set.MaxCounters})
 	srv.log.Info("store ready", zap.String("store", "memory"), zap.Int("max_counters", srv.set.MaxCounters))
 	return nil
 }
 
-// readyz answers 200 while the server serves with a config, 503 otherwise.
+// readyz answers 200 while the server is ready (a config is loaded, the
+// store answers, not shutting down) and 503 with the reason otherwise.
 func (srv *server) readyz(w http.ResponseWriter, r *http.Request) {
-	if srv.stopping.Load() {
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
-		return
-	}
-	if srv.svc.Config() == nil {
-		http.Error(w, "no config loaded", http.StatusServiceUnavailable)
+	if reason := srv.notReady(r.Context()); reason != "" {
+		http.Error(w, reason, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ready")
 }
 
-// serve runs both listeners until ctx ends or one fails, then shuts down in
-// this order: health reports NOT_SERVING (gRPC health and /readyz), the
+// notReady returns why the server cannot serve, "" when it can.
+func (srv *server) notReady(ctx context.Context) string {
+	switch {
+	case srv.stopping.Load():
+		return "shutting down"
+	case srv.svc.Config() == nil:
+		return "no config loaded"
+	case srv.ping != nil:
+		if err := srv.ping(ctx); err != nil {
+			return "store unreachable: " + err.Error()
+		}
+	}
+	return ""
+}
+
+// watchHealth sets the gRPC health status from notReady every interval until
+// ctx ends, logging each change.
+func (srv *server) watchHealth(ctx context.Context) {
+	t := time.NewTicker(srv.set.HealthInterval)
+	defer t.Stop()
+	last := ""
+	for {
+		reason := srv.notReady(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		st := healthpb.HealthCheckResponse_SERVING
+		if reason != "" {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		srv.health.SetServingStatus("", st)
+		srv.health.SetServingStatus(rlsServiceName, st)
+		if reason != last {
+			if reason == "" {
+				srv.log.Info("serving")
+			} else {
+				srv.log.Warn("not serving", zap.String("reason", reason))
+			}
+			last = reason
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serve runs both listeners, the health checker and the config watcher until
+// ctx ends or a listener fails, then shuts down in this order: the watcher and
+// checker stop, health reports NOT_SERVING (gRPC health and /readyz), the
 // shutdown delay passes so load balancers stop sending, the gRPC server
 // stops gracefully (in-flight calls finish; after the shutdown timeout they
 // are cut), the HTTP server shuts down, and the store is closed. It returns
 // nil after a shutdown caused by ctx, or the listener's error.
 func (srv *server) serve(ctx context.Context) error {
-	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	srv.health.SetServingStatus(rlsServiceName, healthpb.HealthCheckResponse_SERVING)
-
+	bg, stopBG := context.WithCancel(context.Background())
 	errc := make(chan error, 2)
-	var wg sync.WaitGroup
+	var wg, bgWG sync.WaitGroup
+	bgWG.Add(2)
+	go func() {
+		defer bgWG.Done()
+		srv.watchHealth(bg)
+	}()
+	go func() {
+		defer bgWG.Done()
+		reload := func() { srv.config.load(srv.set.Config, srv.svc, srv.log) }
+		if err := watchConfig(bg, srv.set.Config, srv.set.ReloadDebounce, reload, srv.log); err != nil {
+			srv.log.Error("cannot watch config, hot reload is off", zap.String("config_file", srv.set.Config), zap.Error(err))
+		}
+	}()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -160,6 +239,8 @@ func (srv *server) serve(ctx context.Context) error {
 	}
 
 	srv.stopping.Store(true)
+	stopBG()
+	bgWG.Wait()
 	srv.health.Shutdown()
 	if err == nil && srv.set.ShutdownDelay > 0 {
 		time.Sleep(srv.set.ShutdownDelay)

@@ -321,3 +321,34 @@ func readFile(p string) (string, error) {
 	b, err := os.ReadFile(p)
 	return string(b), err
 }
+
+// TestMetricsEndpoint drives a known sequence over gRPC and reads exact
+// counter values from /metrics.
+func TestMetricsEndpoint(t *testing.T) {
+	srv, client, _ := startServer(t)
+	for range 22 {
+		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"remote_address", "198.51.100.7"}))
+	}
+	resp, err := http.Get("http://" + srv.httpLn.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sluice_rate_limit_total_hits_total{domain="edge",rule="remote_address"} 22`,
+		`sluice_rate_limit_within_limit_total{domain="edge",rule="remote_address"} 20`,
+		`sluice_rate_limit_over_limit_total{domain="edge",rule="remote_address"} 2`,
+		// 0.8 of 20 is 16: the 17th to 20th admitted hits are near the limit.
+		`sluice_rate_limit_near_limit_total{domain="edge",rule="remote_address"} 4`,
+		`sluice_store_calls_total{result="ok"} 22`,
+		`sluice_request_duration_seconds_count{code="OK"} 22`,
+		`sluice_config_loads_total{result="ok"} 1`,
+		`sluice_config_last_load_success 1`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -21,6 +21,18 @@ type settings struct {
 	GRPCAddr        string
 	HTTPAddr        string
 	RedisURL        string
+	RedisSentinel   string
+	RedisSentinels  string
+	RedisCluster    string
+	RedisPoolSize   int
+	RedisDial       time.Duration
+	RedisRead       time.Duration
+	RedisWrite      time.Duration
+	RedisPrefix     string
+	RedisTLSCA      string
+	ReloadDebounce  time.Duration
+	HealthInterval  time.Duration
+	NearLimitRatio  string
 	LogLevel        string
 	LogFormat       string
 	ResponseHeaders string
@@ -54,8 +66,20 @@ func (s *settings) table() []setting {
 	return []setting{
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection)", ":8081", &s.GRPCAddr},
-		{"http-addr", "HTTP listen address (/healthz, /readyz, /json)", ":8080", &s.HTTPAddr},
+		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json)", ":8080", &s.HTTPAddr},
 		{"redis-url", "Redis URL (redis:// or rediss://); empty runs the in-memory store", "", &s.RedisURL},
+		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
+		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
+		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
+		{"redis-pool-size", "connections per Redis node (0: 10 per CPU)", "0", &s.RedisPoolSize},
+		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
+		{"redis-read-timeout", "timeout of one Redis socket read", "500ms", &s.RedisRead},
+		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
+		{"redis-prefix", "prefix of every Redis key Sluice writes", "sluice:", &s.RedisPrefix},
+		{"redis-tls-ca", "PEM file of CAs for rediss:// (default: system roots)", "", &s.RedisTLSCA},
+		{"reload-debounce", "wait after the last config change before reloading", "250ms", &s.ReloadDebounce},
+		{"health-interval", "how often readiness checks the store", "1s", &s.HealthInterval},
+		{"near-limit-ratio", "share of a limit above which admitted hits count as near limit (metrics)", "0.8", &s.NearLimitRatio},
 		{"log-level", "debug, info, warn or error", "info", &s.LogLevel},
 		{"log-format", "json, console, or auto (console on a terminal, else json)", "auto", &s.LogFormat},
 		{"response-headers", "headers for Envoy to add: draft, compat, draft,compat or none", "draft", &s.ResponseHeaders},
@@ -151,11 +175,25 @@ func (s *settings) validate() error {
 	default:
 		return fmt.Errorf("--failure-mode: unknown mode %q (want error, allow or deny)", s.FailureMode)
 	}
+	if r, err := strconv.ParseFloat(s.NearLimitRatio, 64); err != nil || r <= 0 || r > 1 {
+		return fmt.Errorf("--near-limit-ratio: %q is not a number in (0, 1]", s.NearLimitRatio)
+	}
+	if s.RedisPoolSize < 0 {
+		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) or more", s.RedisPoolSize)
+	}
+	if s.RedisSentinel != "" && s.RedisSentinels == "" {
+		return errors.New("--redis-sentinel-master: needs --redis-sentinel-addrs")
+	}
+	if s.RedisSentinel != "" && s.RedisCluster != "" {
+		return errors.New("--redis-sentinel-master and --redis-cluster-addrs: choose one")
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 		min  time.Duration
-	}{{"--store-timeout", s.StoreTimeout, time.Millisecond}, {"--shutdown-delay", s.ShutdownDelay, 0}, {"--shutdown-timeout", s.ShutdownTimeout, 0}} {
+	}{{"--store-timeout", s.StoreTimeout, time.Millisecond}, {"--shutdown-delay", s.ShutdownDelay, 0}, {"--shutdown-timeout", s.ShutdownTimeout, 0},
+		{"--reload-debounce", s.ReloadDebounce, 0}, {"--health-interval", s.HealthInterval, 10 * time.Millisecond},
+		{"--redis-dial-timeout", s.RedisDial, time.Millisecond}, {"--redis-read-timeout", s.RedisRead, time.Millisecond}, {"--redis-write-timeout", s.RedisWrite, time.Millisecond}} {
 		if d.v < d.min {
 			return fmt.Errorf("%s: %v is below the minimum %v", d.name, d.v, d.min)
 		}
@@ -169,6 +207,23 @@ func (s *settings) validate() error {
 		}
 	}
 	return nil
+}
+
+// nearLimitRatio is NearLimitRatio, validated.
+func (s *settings) nearLimitRatio() float64 {
+	r, _ := strconv.ParseFloat(s.NearLimitRatio, 64)
+	return r
+}
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // failureMode is FailureMode as pkg/rls spells it.
