@@ -20,6 +20,11 @@ type Group struct {
 	SourcesWrong int `json:"sources_wrong"`
 	// MaxPeak is the largest Peak of any source in the group.
 	MaxPeak float64 `json:"max_peak"`
+	// MinRatio and MaxRatio bound, over the group's sources whose log
+	// admitted at least 100 requests, how many requests the counter admitted
+	// for each one the log admitted (stateful).
+	MinRatio float64 `json:"min_admitted_ratio"`
+	MaxRatio float64 `json:"max_admitted_ratio"`
 }
 
 func (g *Group) add(r SourceResult) {
@@ -31,6 +36,13 @@ func (g *Group) add(r SourceResult) {
 		g.SourcesWrong++
 	}
 	g.MaxPeak = max(g.MaxPeak, r.Peak)
+	if r.Stateful.Exact >= 100 {
+		ratio := float64(r.Stateful.Admitted) / float64(r.Stateful.Exact)
+		if g.MinRatio == 0 || ratio < g.MinRatio {
+			g.MinRatio = ratio
+		}
+		g.MaxRatio = max(g.MaxRatio, ratio)
+	}
 }
 
 // Report is the outcome of a Replay.
@@ -125,16 +137,16 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  sources with a wrong decision: %d of %d\n\n", t.SourcesWrong, t.Sources)
 
 	table := func(title string, gs []Group) {
-		fmt.Fprintf(w, "%-14s %8s %10s %10s %10s %10s %10s %10s %10s %8s\n", title, "sources", "requests", "admitted", "wrong", "over", "under", "sl.over", "all.wrong", "maxpeak")
+		fmt.Fprintf(w, "%-14s %8s %10s %10s %10s %10s %10s %10s %10s %8s %13s\n", title, "sources", "requests", "admitted", "wrong", "over", "under", "sl.over", "all.wrong", "maxpeak", "adm.ratio")
 		for _, g := range gs {
 			if g.Sources == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "%-14s %8d %10d %9.2f%% %10s %10s %10s %10s %10s %8.3f\n", g.Name, g.Sources, g.Stateful.Requests,
+			fmt.Fprintf(w, "%-14s %8d %10d %9.2f%% %10s %10s %10s %10s %10s %8.3f %6.3f-%.3f\n", g.Name, g.Sources, g.Stateful.Requests,
 				100*share(g.Stateful.Admitted, g.Stateful.Requests),
 				pct(g.Stateful.Wrong(), g.Stateful.Requests), pct(g.Stateful.Over, g.Stateful.Requests),
 				pct(g.Stateful.Under, g.Stateful.Requests), pct(g.Stateless.Over, g.Stateless.Requests),
-				pct(g.CountAll.Wrong(), g.CountAll.Requests), g.MaxPeak)
+				pct(g.CountAll.Wrong(), g.CountAll.Requests), g.MaxPeak, g.MinRatio, g.MaxRatio)
 		}
 		fmt.Fprintln(w)
 	}
@@ -147,7 +159,8 @@ func (r *Report) WriteText(w io.Writer) {
 			s.Stateful.Requests, s.Stateful.Admitted, s.Stateful.Over, s.Stateful.Under, s.Stateless.Over, s.Peak)
 	}
 	fmt.Fprintf(w, "\ncolumns: wrong/over/under are stateful shares of the group's requests; sl.over is the stateless\n"+
-		"over-admission share; all.wrong the count-all wrong share; peak is the largest exact count of counter-admitted requests in any window over\n"+
+		"over-admission share; all.wrong the count-all wrong share;\n"+
+		"adm.ratio the range over sources (with >= 100 log admissions) of counter admissions per log admission; peak is the largest exact count of counter-admitted requests in any window over\n"+
 		"the limit (1.000 = never over). Cloudflare reported 0.003%% wrong on 400M requests of real traffic,\n"+
 		"most of it far under its limits; this trace is made of clients near or over their limits.\n")
 }
