@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -83,7 +87,15 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	srv.config = newConfigState(srv.reg)
 	srv.config.load(s.Config, srv.svc, log)
 
-	srv.grpc = grpc.NewServer()
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes)}
+	if s.GRPCTLSCert != "" {
+		creds, err := serverTLS(s)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	srv.grpc = grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
 	srv.health = health.NewServer()
 	healthpb.RegisterHealthServer(srv.grpc, srv.health)
@@ -104,6 +116,29 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 		return nil, fmt.Errorf("--http-addr: %w", err)
 	}
 	return srv, nil
+}
+
+// serverTLS builds the gRPC listener's TLS, with client certificates required
+// and verified when --grpc-client-ca is set.
+func serverTLS(s *settings) (credentials.TransportCredentials, error) {
+	cert, err := tls.LoadX509KeyPair(s.GRPCTLSCert, s.GRPCTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if s.GRPCClientCA != "" {
+		pem, err := os.ReadFile(s.GRPCClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--grpc-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--grpc-client-ca: no PEM certificate in %s", s.GRPCClientCA)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // openStore opens the store the settings name: the in-memory store when

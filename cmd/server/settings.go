@@ -30,6 +30,10 @@ type settings struct {
 	RedisWrite      time.Duration
 	RedisPrefix     string
 	RedisTLSCA      string
+	GRPCTLSCert     string
+	GRPCTLSKey      string
+	GRPCClientCA    string
+	MaxRequestBytes int
 	ReloadDebounce  time.Duration
 	HealthInterval  time.Duration
 	NearLimitRatio  string
@@ -66,6 +70,10 @@ func (s *settings) table() []setting {
 	return []setting{
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection)", ":8081", &s.GRPCAddr},
+		{"grpc-tls-cert", "PEM certificate for TLS on the gRPC listener (with --grpc-tls-key)", "", &s.GRPCTLSCert},
+		{"grpc-tls-key", "PEM private key for TLS on the gRPC listener", "", &s.GRPCTLSKey},
+		{"grpc-client-ca", "PEM CAs that gRPC clients' certificates must chain to (mTLS; needs TLS)", "", &s.GRPCClientCA},
+		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json)", ":8080", &s.HTTPAddr},
 		{"redis-url", "Redis URL (redis:// or rediss://); empty runs the in-memory store", "", &s.RedisURL},
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
@@ -178,6 +186,12 @@ func (s *settings) validate() error {
 	if r, err := strconv.ParseFloat(s.NearLimitRatio, 64); err != nil || r <= 0 || r > 1 {
 		return fmt.Errorf("--near-limit-ratio: %q is not a number in (0, 1]", s.NearLimitRatio)
 	}
+	if (s.GRPCTLSCert == "") != (s.GRPCTLSKey == "") {
+		return errors.New("--grpc-tls-cert and --grpc-tls-key: set both or neither")
+	}
+	if s.GRPCClientCA != "" && s.GRPCTLSCert == "" {
+		return errors.New("--grpc-client-ca: mTLS needs --grpc-tls-cert and --grpc-tls-key")
+	}
 	if s.RedisPoolSize < 0 {
 		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) or more", s.RedisPoolSize)
 	}
@@ -201,7 +215,7 @@ func (s *settings) validate() error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"--max-counters", s.MaxCounters}, {"--max-descriptors", s.MaxDescriptors}, {"--max-entries", s.MaxEntries}, {"--max-key-bytes", s.MaxKeyBytes}} {
+	}{{"--max-request-bytes", s.MaxRequestBytes}, {"--max-counters", s.MaxCounters}, {"--max-descriptors", s.MaxDescriptors}, {"--max-entries", s.MaxEntries}, {"--max-key-bytes", s.MaxKeyBytes}} {
 		if n.v < 1 {
 			return fmt.Errorf("%s: %d must be at least 1", n.name, n.v)
 		}

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -14,7 +15,14 @@ const (
 	tagEntry    = 'e' // an entry: key, then its value
 	tagPattern  = 'p' // an entry whose value is a shared wildcard pattern
 	tagOverride = 'o' // a descriptor limit override: rate, unit, multiplier
+	tagHashed   = 'h' // an entry whose value is longer than maxKeyValue: key, SHA-256 of value
 )
+
+// maxKeyValue is the longest entry value a counter key holds as it is; a
+// longer one (a header an end client filled) is replaced by its SHA-256, so
+// every value counts in its own counter while keys stay small in memory and
+// in Redis.
+const maxKeyValue = 128
 
 // counterKey is the counter key of descriptor d in domain: the domain and
 // every entry, each length-prefixed (see the package doc). rule is the
@@ -34,6 +42,13 @@ func counterKey(domain string, d *rlcommon.RateLimitDescriptor, rule *descriptor
 			if node := rule.Lineage[i]; node.ShareThreshold && node.Wildcard {
 				v, tag = node.Value, tagPattern
 			}
+		}
+		if len(v) > maxKeyValue {
+			sum := sha256.Sum256([]byte(v))
+			buf = append(buf, tagHashed)
+			buf = appendPart(buf, e.GetKey())
+			buf = append(buf, sum[:]...)
+			continue
 		}
 		buf = append(buf, tag)
 		buf = appendPart(buf, e.GetKey())

@@ -74,6 +74,10 @@ type Options struct {
 	// Metrics records decisions, store calls and latencies; nil records
 	// nothing.
 	Metrics *Metrics
+	// DegradedLogInterval is the least time between two log lines about
+	// answers given by the failure mode (the metric counts every one). Zero
+	// means 10 s.
+	DegradedLogInterval time.Duration
 	// MaxDescriptors, MaxEntries and MaxKeyBytes bound the descriptors per
 	// request, the entries per descriptor and the bytes of an entry key. A
 	// request over them gets INVALID_ARGUMENT and touches no counter. Zero
@@ -90,6 +94,9 @@ type Service struct {
 	opts   Options
 	log    *zap.Logger
 	config atomic.Pointer[descriptors.Config]
+
+	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
+	suppressed   atomic.Int64 // degraded answers not logged since
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -106,6 +113,9 @@ func New(o Options) *Service {
 	}
 	if o.StoreTimeout <= 0 {
 		o.StoreTimeout = DefaultStoreTimeout
+	}
+	if o.DegradedLogInterval <= 0 {
+		o.DegradedLogInterval = 10 * time.Second
 	}
 	if o.MaxDescriptors <= 0 {
 		o.MaxDescriptors = DefaultMaxDescriptors
@@ -407,10 +417,8 @@ func (s *Service) failure(dom *descriptors.Domain, vs []verdict, resp *rlsv3.Rat
 		mode = s.opts.FailureMode
 	}
 	s.opts.Metrics.observeFailure(dom.Name, mode)
-	switch mode {
-	case FailureModeAllow, FailureModeDeny:
-		s.log.Warn("store failed, answering by failure mode", zap.String("domain", dom.Name), zap.String("failure_mode", mode), zap.Error(err))
-	default:
+	s.logDegraded(dom.Name, mode, err)
+	if mode != FailureModeAllow && mode != FailureModeDeny {
 		return nil, err
 	}
 	for i, v := range vs {
@@ -425,6 +433,22 @@ func (s *Service) failure(dom *descriptors.Domain, vs []verdict, resp *rlsv3.Rat
 		resp.Statuses[i] = st
 	}
 	return resp, nil
+}
+
+// logDegraded logs a store failure at most once per DegradedLogInterval,
+// with the number of failures it did not log since the last line.
+func (s *Service) logDegraded(domain, mode string, err error) {
+	now := time.Now().UnixNano()
+	last := s.lastDegraded.Load()
+	if now-last < int64(s.opts.DegradedLogInterval) || !s.lastDegraded.CompareAndSwap(last, now) {
+		s.suppressed.Add(1)
+		return
+	}
+	if mode == FailureModeError {
+		mode = "error"
+	}
+	s.log.Warn("store failed, answering by failure mode", zap.String("domain", domain), zap.String("failure_mode", mode),
+		zap.Int64("suppressed", s.suppressed.Swap(0)), zap.Error(err))
 }
 
 // hitsAddend follows RateLimitDescriptor.hits_addend and

@@ -11,6 +11,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -399,3 +401,14 @@ func TestDynamicMetadata(t *testing.T) {
 }
 
 var _ = corev3.HeaderValue{}
+
+func TestDegradedLogThrottled(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	s, _ := newTestService(t, Options{Store: failingStore{}, FailureMode: FailureModeAllow, Logger: zap.New(core), DegradedLogInterval: time.Hour})
+	for range 100 {
+		call(t, s, request(desc("api_key", "a")))
+	}
+	if n := logs.Len(); n != 1 {
+		t.Errorf("%d log lines for 100 degraded answers, want 1", n)
+	}
+}
