@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -177,11 +178,17 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 
 // Apply implements Store: it evaluates hits with Evaluate at the store's
 // clock (see MemoryOptions.Now) and, if the request is admitted, stores the
-// new counter states, atomically with respect to every other Apply. It returns an error, and consumes nothing,
-// when ctx is already done (wrapping ctx.Err()) or when a hit's Limit does
-// not Validate. It never returns ErrStoreUnavailable.
+// new counter states, atomically with respect to every other Apply. It
+// returns an error, and consumes nothing, when ctx is already canceled
+// (wrapping context.Canceled) or when a hit's Limit does not Validate. It
+// never returns ErrStoreUnavailable.
+//
+// A passed deadline is not an error: the work is in memory and takes
+// microseconds, so a deadline can only have passed while the caller's
+// goroutine waited for a CPU, and failing then would hand a busy server's
+// requests to Envoy's failure mode for no benefit.
 func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
 		return nil, fmt.Errorf("limiter: apply %d hits in memory: %w", len(hits), err)
 	}
 	for i := range hits {

@@ -330,3 +330,13 @@ func TestMemoryStoreMixedClockReadings(t *testing.T) {
 		t.Errorf("2 hours on by the wall clock: %+v, want Allowed", got[0])
 	}
 }
+
+func TestMemoryStoreIgnoresPassedDeadline(t *testing.T) {
+	s := limiter.NewMemoryStore(limiter.MemoryOptions{})
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	l := limiter.Limit{Requests: 1, Window: time.Minute}
+	if r, err := s.Apply(ctx, []limiter.Hit{{Key: "a", Limit: l, Hits: 1}}); err != nil || !r[0].Allowed {
+		t.Errorf("Apply with a passed deadline = %v, %v; want an admitted hit", r, err)
+	}
+}
