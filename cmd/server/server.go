@@ -163,6 +163,12 @@ func (srv *server) openStore() error {
 			return fmt.Errorf("redis: %w", err)
 		}
 		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		if set.OverLimitCache {
+			c := limiter.NewOverLimitCache(st, limiter.OverLimitOptions{})
+			srv.store = c
+			srv.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_over_limit_cache_hits_total",
+				Help: "Calls answered from the over-limit cache, without a store call."}, func() float64 { return float64(c.Hits()) }))
+		}
 		return nil
 	}
 	srv.store = limiter.NewMemoryStore(limiter.MemoryOptions{MaxCounters: srv.set.MaxCounters})

@@ -34,6 +34,7 @@ type settings struct {
 	GRPCTLSKey      string
 	GRPCClientCA    string
 	MaxRequestBytes int
+	OverLimitCache  bool
 	ReloadDebounce  time.Duration
 	HealthInterval  time.Duration
 	NearLimitRatio  string
@@ -85,6 +86,7 @@ func (s *settings) table() []setting {
 		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
 		{"redis-prefix", "prefix of every Redis key Sluice writes", "sluice:", &s.RedisPrefix},
 		{"redis-tls-ca", "PEM file of CAs for rediss:// (default: system roots)", "", &s.RedisTLSCA},
+		{"over-limit-cache", "Redis store: answer a repeated denied request locally until its Retry-After (exact; saves Redis calls under abuse)", "true", &s.OverLimitCache},
 		{"reload-debounce", "wait after the last config change before reloading", "250ms", &s.ReloadDebounce},
 		{"health-interval", "how often readiness checks the store", "1s", &s.HealthInterval},
 		{"near-limit-ratio", "share of a limit above which admitted hits count as near limit (metrics)", "0.8", &s.NearLimitRatio},

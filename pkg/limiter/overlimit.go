@@ -1,0 +1,170 @@
+package limiter
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultOverLimitEntries is OverLimitOptions.MaxEntries when zero.
+const DefaultOverLimitEntries = 1 << 16
+
+// OverLimitOptions configures NewOverLimitCache. The zero value is usable.
+type OverLimitOptions struct {
+	// Now is the clock; nil means time.Now. It must be safe for concurrent
+	// use.
+	Now func() time.Time
+	// MaxEntries caps the cached denials; when full, a new denial replaces
+	// an arbitrary entry. Zero means DefaultOverLimitEntries.
+	MaxEntries int
+}
+
+// OverLimitCache is a Store that answers a repeated denied request locally
+// until its RetryAfter runs out, so an abusive client that keeps retrying
+// costs no store call. It wraps another Store and is safe for concurrent use.
+//
+// It is exact for a sliding window counter: a denied request consumed
+// nothing, and with no further traffic the estimate of a denying counter
+// only falls, reaching the point where the same hits fit exactly after
+// RetryAfter; other traffic (from any Sluice instance) only raises it. So the
+// same request (the same hits on the same counters with the same limits) is
+// denied at least until the cached denial's RetryAfter has passed. The
+// Results of a cached answer are those of the denial it repeats, with
+// RetryAfter and ResetAfter lowered by the time elapsed since; the Remaining
+// of the hits that did not deny may be stale.
+//
+// Refunds raise what a counter admits, so a request holding a refund clears
+// the cache; a refund made through another instance is not seen, and a
+// cached denial can then outlive it by at most its RetryAfter. A changed limit
+// or a limit override is a different request and is never answered from a
+// denial under the old limit.
+type OverLimitCache struct {
+	store Store
+	now   func() time.Time
+	max   int
+	hits  atomic.Int64 // answers from the cache
+
+	mu sync.Mutex
+	m  map[string]cachedDenial
+}
+
+type cachedDenial struct {
+	at      time.Time
+	until   time.Time
+	results []Result
+}
+
+var _ Store = (*OverLimitCache)(nil)
+
+// NewOverLimitCache returns a cache of denials in front of s.
+func NewOverLimitCache(s Store, o OverLimitOptions) *OverLimitCache {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultOverLimitEntries
+	}
+	return &OverLimitCache{store: s, now: o.Now, max: o.MaxEntries, m: make(map[string]cachedDenial)}
+}
+
+// Hits returns how many Apply calls were answered from the cache.
+func (c *OverLimitCache) Hits() int64 { return c.hits.Load() }
+
+// Apply answers hits from a cached denial of the same request while it
+// holds, and otherwise asks the wrapped Store, caching the answer when it is
+// a denial. Errors are the wrapped Store's.
+func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
+	refund := false
+	for _, h := range hits {
+		refund = refund || h.Refund
+	}
+	if refund {
+		c.mu.Lock()
+		clear(c.m)
+		c.mu.Unlock()
+		return c.store.Apply(ctx, hits)
+	}
+	sig := signature(hits)
+	now := c.now()
+	c.mu.Lock()
+	d, ok := c.m[sig]
+	if ok && now.Before(d.until) {
+		c.mu.Unlock()
+		c.hits.Add(1)
+		elapsed := now.Sub(d.at)
+		out := make([]Result, len(d.results))
+		for i, r := range d.results {
+			r.ResetAfter = max(r.ResetAfter-elapsed, 0)
+			switch {
+			case r.Allowed || r.ExceedsLimit:
+			case r.RetryAfter <= elapsed:
+				// This hit fits again; another one still denies the request.
+				r.Allowed, r.RetryAfter = true, 0
+			default:
+				r.RetryAfter -= elapsed
+			}
+			out[i] = r
+		}
+		return out, nil
+	}
+	if ok {
+		delete(c.m, sig)
+	}
+	c.mu.Unlock()
+
+	results, err := c.store.Apply(ctx, hits)
+	if err != nil {
+		return nil, err
+	}
+	// Cache a denial until the longest RetryAfter of the enforced hits that
+	// denied: the request is denied while any of them still denies.
+	var until time.Duration
+	denied := false
+	for i, h := range hits {
+		if h.Shadow || results[i].Allowed {
+			continue
+		}
+		if !denied || results[i].RetryAfter > until {
+			until = results[i].RetryAfter
+		}
+		denied = true
+	}
+	if denied && until > 0 {
+		c.mu.Lock()
+		if len(c.m) >= c.max {
+			for k := range c.m {
+				delete(c.m, k)
+				break
+			}
+		}
+		c.m[sig] = cachedDenial{at: now, until: now.Add(until), results: append([]Result(nil), results...)}
+		c.mu.Unlock()
+	}
+	return results, nil
+}
+
+// signature identifies a request: every hit's counter, limit, hits and
+// flags, each length-prefixed.
+func signature(hits []Hit) string {
+	n := 0
+	for _, h := range hits {
+		n += len(h.Key) + 40
+	}
+	b := make([]byte, 0, n)
+	for _, h := range hits {
+		b = binary.AppendUvarint(b, uint64(len(h.Key)))
+		b = append(b, h.Key...)
+		b = binary.AppendUvarint(b, h.Limit.Requests)
+		b = binary.AppendVarint(b, int64(h.Limit.Window))
+		b = append(b, byte(h.Limit.Algorithm))
+		b = binary.AppendUvarint(b, h.Hits)
+		f := byte(0)
+		if h.Shadow {
+			f = 1
+		}
+		b = append(b, f)
+	}
+	return string(b)
+}

@@ -1,0 +1,131 @@
+package limiter_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// countingStore counts the calls that reach the wrapped Store.
+type countingStore struct {
+	limiter.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
+	s.calls.Add(1)
+	return s.Store.Apply(ctx, hits)
+}
+
+// TestOverLimitCacheIsExact replays random traffic through a cached and an
+// uncached store on one clock: every admission decision must be the same.
+func TestOverLimitCacheIsExact(t *testing.T) {
+	for seed := range uint64(5) {
+		t.Run("seed"+string(rune('0'+seed)), func(t *testing.T) { overLimitCacheExact(t, seed) })
+	}
+}
+
+func overLimitCacheExact(t *testing.T, seed uint64) {
+	clk := &testClock{t: time.Unix(1_800_000_000, 0)}
+	plain := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})
+	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
+	cached := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
+	rng := rand.New(rand.NewPCG(seed, 2))
+	limits := []limiter.Limit{{Requests: 5, Window: time.Second}, {Requests: 20, Window: time.Minute}, {Requests: 0, Window: time.Second}}
+	ctx := context.Background()
+	const steps = 20000
+	for i := range steps {
+		var hits []limiter.Hit
+		for range 1 + rng.IntN(2) {
+			hits = append(hits, limiter.Hit{
+				Key:   string(rune('a' + rng.IntN(3))),
+				Limit: limits[rng.IntN(len(limits))],
+				Hits:  uint64(rng.IntN(3)),
+			})
+		}
+		want, err := plain.Apply(ctx, hits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cached.Apply(ctx, hits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := admitted(got), admitted(want); a != b {
+			t.Fatalf("step %d %+v: cached admitted=%v, store admitted=%v", i, hits, a, b)
+		}
+		for j := range hits {
+			// A hit the cache reports denied is denied; one it reports
+			// allowed in a denied request may since have been filled by
+			// other traffic (its Remaining may be stale, as documented).
+			if !got[j].Allowed && want[j].Allowed {
+				t.Fatalf("step %d hit %d %+v: cached denies, store allows", i, j, hits[j])
+			}
+			if got[j].ExceedsLimit != want[j].ExceedsLimit {
+				t.Fatalf("step %d hit %d: cached ExceedsLimit=%v, store %v", i, j, got[j].ExceedsLimit, want[j].ExceedsLimit)
+			}
+		}
+		clk.Add(time.Duration(rng.IntN(150)) * time.Millisecond)
+	}
+	if h := cached.Hits(); h == 0 || inner.calls.Load()+h != steps {
+		t.Errorf("cache answered %d of %d, store %d", h, steps, inner.calls.Load())
+	}
+	t.Logf("cache answered %d of %d calls", cached.Hits(), steps)
+}
+
+func admitted(rs []limiter.Result) bool {
+	for _, r := range rs {
+		if !r.Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// TestOverLimitCacheAbusiveClient: a client that retries a denied request
+// costs no store call until Retry-After.
+func TestOverLimitCacheAbusiveClient(t *testing.T) {
+	clk := &testClock{t: time.Unix(1_800_000_000, 0)}
+	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
+	c := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
+	hit := []limiter.Hit{{Key: "k", Limit: limiter.Limit{Requests: 10, Window: time.Minute}, Hits: 1}}
+	for range 10 {
+		c.Apply(context.Background(), hit)
+	}
+	r, _ := c.Apply(context.Background(), hit) // denied, cached
+	for range 1000 {
+		c.Apply(context.Background(), hit)
+	}
+	if n := inner.calls.Load(); n != 11 {
+		t.Errorf("store calls = %d, want 11", n)
+	}
+	clk.Add(r[0].RetryAfter)
+	if r, _ := c.Apply(context.Background(), hit); !r[0].Allowed {
+		t.Errorf("after RetryAfter: %+v, want allowed", r[0])
+	}
+	// A refund clears the cache.
+	for range 3 {
+		c.Apply(context.Background(), hit)
+	}
+	c.Apply(context.Background(), []limiter.Hit{{Key: "k", Limit: hit[0].Limit, Hits: 5, Refund: true}})
+	if r, _ := c.Apply(context.Background(), hit); !r[0].Allowed {
+		t.Errorf("after a refund: %+v, want allowed", r[0])
+	}
+}
