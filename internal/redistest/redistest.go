@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a shared
 // standalone server (Addr), a shared 3-master Redis Cluster (Cluster), and
-// private servers a test may stop and start again (Start).
+// private servers: one a test may stop and start again (Start), a TLS-only one
+// (StartTLS) and a master watched by a Sentinel (Sentinel).
 //
 // Servers listen on free loopback ports, never on fixed ones, keep no data on
 // disk (--save "" --appendonly no), and die with the test binary. Tests that
@@ -14,9 +15,17 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -156,6 +165,107 @@ func Sentinel(t testing.TB) (sentinel string, master *Server) {
 	return "", nil
 }
 
+// StartTLS starts a private redis-server that accepts only TLS (no client
+// certificates required), with a fresh self-signed CA, and stops it in
+// t.Cleanup. It returns the server and the CA's PEM file, for rediss:// URLs.
+func StartTLS(t testing.TB) (srv *Server, caFile string) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal(notFound)
+	}
+	dir := t.TempDir()
+	caFile, certFile, keyFile, pool, err := writeCerts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 5 {
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := os.MkdirTemp("", "redistest-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{port: ports[0], dir: d, tls: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"},
+			extra: []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile,
+				"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}}
+		s.mu.Lock()
+		err = s.startLocked()
+		s.mu.Unlock()
+		if err != nil {
+			_ = os.RemoveAll(d)
+			last = err
+			continue
+		}
+		live.Store(s, struct{}{})
+		t.Cleanup(s.Close)
+		return s, caFile
+	}
+	t.Fatal(last)
+	return nil, ""
+}
+
+// writeCerts writes a self-signed CA and a server certificate for 127.0.0.1
+// signed by it into dir.
+func writeCerts(dir string) (caFile, certFile, keyFile string, pool *x509.CertPool, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return
+	}
+	ca := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "redistest CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
+	for _, f := range []struct {
+		name, typ string
+		der       []byte
+	}{{caFile, "CERTIFICATE", caDER}, {certFile, "CERTIFICATE", leafDER}, {keyFile, "EC PRIVATE KEY", keyDER}} {
+		if err = os.WriteFile(f.name, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+			return
+		}
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(caCert)
+	return caFile, certFile, keyFile, pool, nil
+}
+
 // Prefix returns a key prefix unique within the test binary and across
 // runs against the same Redis, built from name (use t.Name()).
 func Prefix(name string) string {
@@ -170,7 +280,8 @@ type Server struct {
 	mu      sync.Mutex
 	port    int
 	dir     string
-	conf    string // a config file to start with, for Sentinel
+	conf    string      // a config file to start with, for Sentinel
+	tls     *tls.Config // set for a TLS-only server: how to reach it
 	extra   []string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -228,8 +339,12 @@ func (s *Server) startLocked() error {
 	if s.conf != "" {
 		args = []string{s.conf, "--sentinel"}
 	}
+	port := []string{"--port", strconv.Itoa(s.port)}
+	if s.tls != nil {
+		port = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
+	}
+	args = append(args, port...)
 	args = append(args,
-		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -246,7 +361,7 @@ func (s *Server) startLocked() error {
 	s.cmd, s.done = cmd, done
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if _, err := Do(s.Addr(), "PING"); err == nil {
+		if _, err := do(s.Addr(), s.tls, "PING"); err == nil {
 			return nil
 		}
 		select {
@@ -446,7 +561,17 @@ func lastLines(s string, n int) string {
 // []any for arrays, and an error for an error reply. It is for readiness
 // checks and test setup, not for speed.
 func Do(addr string, args ...string) (any, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	return do(addr, nil, args...)
+}
+
+func do(addr string, tc *tls.Config, args ...string) (any, error) {
+	var c net.Conn
+	var err error
+	if tc != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, tc)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,10 +116,46 @@ func TestDifferential(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: Apply: %v", step, err)
 		}
-		for i := range hits {
-			if got[i] != want[i] {
-				t.Fatalf("step %d (now %d): hit %d %s:\n lua %+v\n go  %+v\nrequest %s\ncounters %+v",
-					step, nowMs, i, describe(hits[i]), got[i], want[i], describeAll(hits), counters)
+		if !equalResults(got, want) {
+			// A counter may have expired in Redis between the check above
+			// and the script. Accept that only for counters whose TTL had
+			// passed by the time Apply returned, and only if zeroing some
+			// of them explains the script's answer exactly.
+			var expirable []identity
+			for _, h := range hits {
+				id := identity{h.Key, h.Limit.Window}
+				if w, ok := written[id]; ok && time.Since(w.at) >= w.ttl && !slices.Contains(expirable, id) {
+					expirable = append(expirable, id)
+				}
+			}
+			explained := false
+			for mask := 1; mask < 1<<len(expirable) && !explained; mask++ {
+				alt := slices.Clone(counters)
+				for i, h := range hits {
+					for j, id := range expirable {
+						if mask&(1<<j) != 0 && id == (identity{h.Key, h.Limit.Window}) {
+							alt[i] = limiter.Counter{}
+						}
+					}
+				}
+				if w2, n2, a2 := limiter.Evaluate(nowMs, hits, alt); equalResults(got, w2) {
+					want, next, admitted, explained = w2, n2, a2, true
+					for j, id := range expirable {
+						if mask&(1<<j) != 0 {
+							expired++
+							delete(model, id)
+							delete(written, id)
+						}
+					}
+				}
+			}
+			if !explained {
+				for i := range hits {
+					if got[i] != want[i] {
+						t.Fatalf("step %d (now %d): hit %d %s:\n lua %+v\n go  %+v\nrequest %s\ncounters %+v",
+							step, nowMs, i, describe(hits[i]), got[i], want[i], describeAll(hits), counters)
+					}
+				}
 			}
 		}
 		if admitted {
@@ -146,6 +183,8 @@ func TestDifferential(t *testing.T) {
 		t.Errorf("%d of %d requests admitted: the random mix does not exercise both outcomes", admittedN, steps)
 	}
 }
+
+func equalResults(a, b []limiter.Result) bool { return slices.Equal(a, b) }
 
 func describe(h limiter.Hit) string {
 	return fmt.Sprintf("{key %q limit %d/%v hits %d refund %v shadow %v}", h.Key, h.Limit.Requests, h.Limit.Window, h.Hits, h.Refund, h.Shadow)

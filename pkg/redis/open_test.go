@@ -155,3 +155,27 @@ func TestOpenErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestOpenTLS(t *testing.T) {
+	t.Parallel()
+	srv, ca := redistest.StartTLS(t)
+	s, err := Open(Settings{URL: "rediss://" + srv.Addr(), TLSCAFile: ca, CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping over TLS: %v", err)
+	}
+	applyOnce(t, s, "a")
+
+	// Without the CA the server is not trusted.
+	untrusted, err := Open(Settings{URL: "rediss://" + srv.Addr(), CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer untrusted.Close()
+	if err := untrusted.Ping(context.Background()); !errors.Is(err, limiter.ErrStoreUnavailable) {
+		t.Errorf("Ping over TLS without the CA = %v, want ErrStoreUnavailable", err)
+	}
+}

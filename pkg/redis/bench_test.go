@@ -1,0 +1,108 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// benchStore returns a Store on the shared Redis with a pool large enough for
+// 64 callers and the production call timeout raised (the benchmark measures
+// latency; it must not fail requests that are merely slow).
+func benchStore(b *testing.B) *Store {
+	b.Helper()
+	addr := redistest.Addr(b)
+	prefix := redistest.Prefix(b.Name())
+	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 128, ContextTimeoutEnabled: true, MaxRetries: -1})
+	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second})
+	b.Cleanup(func() {
+		deletePrefix(b, newClient(b, addr), prefix)
+		_ = s.Close()
+	})
+	return s
+}
+
+// benchHits is one typical request: two descriptors (per-client and global).
+// The limits are high enough that every request is admitted and writes.
+func benchHits(i int) []limiter.Hit {
+	l := limiter.Limit{Requests: 1 << 40, Window: time.Minute}
+	return []limiter.Hit{
+		{Key: "\x06domain\x0bremote_addr\x0a10.0.0." + strconv.Itoa(i%256), Limit: l, Hits: 1},
+		{Key: "\x06domain\x04path\x04/api", Limit: l, Hits: 1},
+	}
+}
+
+// BenchmarkStoreApply is one caller, one request of two descriptors per op.
+func BenchmarkStoreApply(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	hits := benchHits(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Apply(ctx, hits); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(hits)*b.N)/b.Elapsed().Seconds(), "descriptors/s")
+}
+
+// BenchmarkStoreApplyConcurrent runs 1, 16 and 64 concurrent callers, each
+// sending one request (two descriptors) at a time, and reports decisions
+// (requests) per second and the p50/p99 latency of one Apply.
+func BenchmarkStoreApplyConcurrent(b *testing.B) {
+	for _, callers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			s := benchStore(b)
+			ctx := context.Background()
+			var next atomic.Int64
+			lat := make([][]time.Duration, callers)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for c := range callers {
+				wg.Go(func() {
+					hits := benchHits(c)
+					for next.Add(1) <= int64(b.N) {
+						start := time.Now()
+						if _, err := s.Apply(ctx, hits); err != nil {
+							b.Error(err)
+							return
+						}
+						lat[c] = append(lat[c], time.Since(start))
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			all := slices.Concat(lat...)
+			slices.Sort(all)
+			if len(all) == 0 {
+				return
+			}
+			pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Microseconds()) }
+			b.ReportMetric(float64(len(all))/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(pct(0.50), "p50_µs")
+			b.ReportMetric(pct(0.99), "p99_µs")
+			b.ReportMetric(0, "ns/op") // meaningless across callers: see decisions/s
+		})
+	}
+}
+
+// BenchmarkCounterKey is the key encoding alone.
+func BenchmarkCounterKey(b *testing.B) {
+	h := benchHits(1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = counterKey(DefaultPrefix, h)
+	}
+}
