@@ -16,8 +16,8 @@ var reportRequests = flag.Int64("accuracy.requests", 1_000_000, "requests in Tes
 //
 //	go test -run TestAccuracyReport -v ./bench/accuracy -args -accuracy.requests=10000000
 func TestAccuracyReport(t *testing.T) {
-	if testing.Short() {
-		t.Skip("replays a trace of -accuracy.requests requests")
+	if testing.Short() || !testing.Verbose() {
+		t.Skip("prints a report: run with -v (replays -accuracy.requests requests)")
 	}
 	r := Replay(TraceOptions{Seed: 1, Requests: *reportRequests})
 	if testing.Verbose() {
