@@ -1,0 +1,80 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// TestUndo drives the script's "u" mode directly: it takes back exactly the
+// delta an "a" call reported, from cur in the same window, from prev one
+// window later, not at all after that, and recreates (with a TTL) a counter
+// that a refund had deleted.
+func TestUndo(t *testing.T) {
+	t.Parallel()
+	s, c := newTestStore(t, Options{})
+	ctx := context.Background()
+	const w = 60_000
+	t0 := int64(1_800_000_000_000) // a window start
+	run := func(now int64, key string, args ...any) any {
+		t.Helper()
+		r, err := slidingWindow.Run(ctx, c, []string{key}, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	apply := func(now int64, key string, n uint64, refund bool) (idx, delta int64) {
+		t.Helper()
+		flags := 0
+		if refund {
+			flags = 1
+		}
+		r := run(now, key, "a", 1, 100, w, n, flags).([]any)
+		return r[len(r)-2].(int64), r[len(r)-1].(int64)
+	}
+	state := func(key string) limiter.Counter {
+		t.Helper()
+		i, cur, prev, _ := readCounter(t, c, key)
+		return limiter.Counter{Index: i, Cur: cur, Prev: prev}
+	}
+	idx0 := t0 / w
+	for _, tc := range []struct {
+		name    string
+		setup   uint64 // hits before the undone call
+		n       uint64
+		refund  bool
+		undoAt  int64 // ms after t0
+		want    limiter.Counter
+		wantTTL bool
+	}{
+		{"same window", 5, 3, false, 10, limiter.Counter{Index: idx0, Cur: 5}, true},
+		{"rolled once", 5, 3, false, w + 10, limiter.Counter{Index: idx0 + 1, Prev: 5}, true},
+		{"rolled twice", 5, 3, false, 2*w + 10, limiter.Counter{}, false}, // zero, deleted
+		{"refund that deleted the counter", 2, 5, true, 10, limiter.Counter{Index: idx0, Cur: 2}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := counterKey(s.prefix, limiter.Hit{Key: tc.name, Limit: limiter.Limit{Window: w * time.Millisecond}})
+			apply(t0, key, tc.setup, false)
+			idx, delta := apply(t0+1, key, tc.n, tc.refund)
+			if tc.undoAt >= w {
+				// Roll the stored counter as a later request would.
+				apply(t0+tc.undoAt, key, 0, false)
+			}
+			run(t0+tc.undoAt, key, "u", idx, delta, w)
+			if got := state(key); got != tc.want {
+				t.Errorf("after undo: %+v, want %+v", got, tc.want)
+			}
+			ttl := c.PTTL(ctx, key).Val()
+			if tc.wantTTL && (ttl <= 0 || ttl > 2*w*time.Millisecond) {
+				t.Errorf("PTTL after undo = %v, want in (0, 2 windows]", ttl)
+			}
+			if !tc.wantTTL && ttl != -2 {
+				t.Errorf("PTTL after undo = %v, want no key", ttl)
+			}
+		})
+	}
+}
