@@ -106,3 +106,43 @@ func BenchmarkCounterKey(b *testing.B) {
 		_ = counterKey(DefaultPrefix, h)
 	}
 }
+
+// BenchmarkStoreApplyCluster is one caller on the 3-master Cluster: a request
+// of two descriptors on one counter (one slot, one script call) and one of
+// two descriptors on counters in two slots (two calls, one after the other).
+func BenchmarkStoreApplyCluster(b *testing.B) {
+	addrs := redistest.Cluster(b)
+	prefix := redistest.Prefix(b.Name())
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second})
+	b.Cleanup(func() {
+		deletePrefix(b, newClusterClient(b, addrs), prefix)
+		_ = s.Close()
+	})
+	l := limiter.Limit{Requests: 1 << 40, Window: time.Minute}
+	one := []limiter.Hit{{Key: "a", Limit: l, Hits: 1}, {Key: "a", Limit: limiter.Limit{Requests: 1 << 39, Window: time.Minute}, Hits: 1}}
+	var two []limiter.Hit
+	for i := 0; len(two) < 2; i++ {
+		h := limiter.Hit{Key: strconv.Itoa(i), Limit: l, Hits: 1}
+		if len(two) == 0 || slot(counterKey(s.prefix, h)) != slot(counterKey(s.prefix, two[0])) {
+			two = append(two, h)
+		}
+	}
+	for _, tc := range []struct {
+		slots int
+		hits  []limiter.Hit
+	}{{1, one}, {2, two}} {
+		b.Run(fmt.Sprintf("slots=%d", tc.slots), func(b *testing.B) {
+			if n := len(s.split(tc.hits, "")); n != tc.slots {
+				b.Fatalf("the request spans %d slots, want %d", n, tc.slots)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Apply(ctx, tc.hits); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
