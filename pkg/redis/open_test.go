@@ -179,3 +179,51 @@ func TestOpenTLS(t *testing.T) {
 		t.Errorf("Ping over TLS without the CA = %v, want ErrStoreUnavailable", err)
 	}
 }
+
+// TestSentinelFailover: after the master dies and the Sentinels promote its
+// replica, the same Store decides on the new master (counters written before
+// the failover were replicated, so they carry over).
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	f := redistest.Failover(t)
+	s, err := Open(Settings{MasterName: redistest.SentinelMaster, SentinelAddrs: f.SentinelAddrs(), CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	applyOnce(t, s, "a")
+	// Wait until the replica has the counter, then kill the master.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := redistest.Do(f.Replica.Addr(), "DBSIZE")
+		if err == nil && n == int64(1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica never got the counter: DBSIZE = %v, %v", n, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.Master.Stop()
+	took, err := f.WaitPromoted(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("replica promoted after %v", took)
+	var res []limiter.Result
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		res, err = s.Apply(context.Background(), []limiter.Hit{perMinute("a", 5)})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, limiter.ErrStoreUnavailable) {
+			t.Fatalf("Apply after failover = %v, want ErrStoreUnavailable while it fails", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Apply still failing 10 s after the promotion: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if res[0].Remaining != 3 {
+		t.Errorf("second hit after failover = %+v, want 3 remaining (the first was replicated)", res[0])
+	}
+}
