@@ -210,15 +210,17 @@ func (s *Store) finishDenied(ctx context.Context, hits []limiter.Hit, groups []*
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	err := s.run(uctx, calls)
-	if err != nil {
-		if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot denial may have failed"); ce != nil {
-			ce.Write(zap.Int("slots", j), zap.Error(err))
-		}
+	if err == nil {
+		return nil
 	}
 	for _, g := range rest {
 		if g.reply == nil {
-			return err
+			return err // no Result for g: the caller gets the error
 		}
+	}
+	// Every Result is known; only a refund failed, which the caller cannot act on.
+	if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot denial failed"); ce != nil {
+		ce.Write(zap.Int("slots", j), zap.Error(err))
 	}
 	return nil
 }
