@@ -77,7 +77,6 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 		RawBody:         s.RawBody,
 		DynamicMetadata: s.DynamicMetadata,
 		FailureMode:     s.failureMode(),
-		StoreTimeout:    s.StoreTimeout,
 		MaxDescriptors:  s.MaxDescriptors,
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -66,7 +67,7 @@ func (h HeaderSet) String() string {
 // RateLimit field reports is, on a denial, the denying limit with the longest
 // RetryAfter, else the limit with the least remaining; shadow-mode limits are
 // never shown.
-func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, vs []verdict, results []limiter.Result, over bool, retry time.Duration) {
+func (s *Service) addHeaders(cfg *descriptors.Config, resp *rlsv3.RateLimitResponse, vs []verdict, results []limiter.Result, over bool, retry time.Duration) {
 	if s.opts.Headers == 0 {
 		return
 	}
@@ -78,8 +79,7 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, vs []verdict, result
 		}
 		r := results[v.hit]
 		if s.opts.Headers&HeadersDraft != 0 {
-			item := fmt.Sprintf("%s;q=%d;w=%d", sfString(v.name), v.limit.RequestsPerUnit, ceilSeconds(v.limit.Window()))
-			if !contains(policy, item) {
+			if item := s.text(cfg, &vs[i]).policy; !contains(policy, item) {
 				policy = append(policy, item)
 			}
 		}
@@ -104,7 +104,7 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, vs []verdict, result
 		if s.opts.Headers&HeadersDraft != 0 {
 			hs = append(hs,
 				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: strings.Join(policy, ", ")},
-				&corev3.HeaderValue{Key: "RateLimit", Value: sfString(v.name) + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
+				&corev3.HeaderValue{Key: "RateLimit", Value: s.text(cfg, &v).quoted + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
 		}
 		if s.opts.Headers&HeadersCompat != 0 {
 			hs = append(hs,
@@ -122,6 +122,38 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, vs []verdict, result
 		}
 	}
 	resp.ResponseHeadersToAdd = hs
+}
+
+// limitTexts caches the header text of the limits of one config.
+type limitTexts struct {
+	cfg *descriptors.Config
+	m   sync.Map // *descriptors.Limit -> *limitText
+}
+
+// limitText is a limit's name as an sf-string and its RateLimit-Policy item.
+type limitText struct{ quoted, policy string }
+
+// text returns v's header text, from the cache of cfg's limits unless v is
+// a per-request override.
+func (s *Service) text(cfg *descriptors.Config, v *verdict) *limitText {
+	build := func() *limitText {
+		q := sfString(v.name)
+		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(v.limit.RequestsPerUnit), 10) +
+			";w=" + strconv.FormatInt(ceilSeconds(v.limit.Window()), 10)}
+	}
+	if v.over {
+		return build()
+	}
+	lt := s.texts.Load()
+	if lt == nil || lt.cfg != cfg {
+		lt = &limitTexts{cfg: cfg}
+		s.texts.Store(lt)
+	}
+	if t, ok := lt.m.Load(v.limit); ok {
+		return t.(*limitText)
+	}
+	t, _ := lt.m.LoadOrStore(v.limit, build())
+	return t.(*limitText)
 }
 
 // limitName is the name a limit shows in headers: its configured name, else

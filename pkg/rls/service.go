@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,9 +43,6 @@ const (
 	DefaultMaxEntries = 32
 	// DefaultMaxKeyBytes is Options.MaxKeyBytes when zero.
 	DefaultMaxKeyBytes = 256
-	// DefaultStoreTimeout is Options.StoreTimeout when zero: under Envoy's
-	// 20 ms default filter timeout, so Sluice answers before Envoy gives up.
-	DefaultStoreTimeout = 15 * time.Millisecond
 )
 
 // Options configures a Service. The zero value of every field but Store is
@@ -68,9 +66,6 @@ type Options struct {
 	// FailureMode is the failure mode of a domain whose config sets none:
 	// FailureModeAllow, FailureModeDeny or FailureModeError (the default).
 	FailureMode string
-	// StoreTimeout bounds every store call; a shorter incoming deadline wins.
-	// Zero means DefaultStoreTimeout.
-	StoreTimeout time.Duration
 	// Metrics records decisions, store calls and latencies; nil records
 	// nothing.
 	Metrics *Metrics
@@ -97,6 +92,25 @@ type Service struct {
 
 	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
 	suppressed   atomic.Int64 // degraded answers not logged since
+	scratch      sync.Pool    // *scratch, reused per call
+	texts        atomic.Pointer[limitTexts]
+}
+
+// scratch is per-call working memory, reused through Service.scratch.
+type scratch struct {
+	vs      []verdict
+	entries []descriptors.Entry
+	hits    []limiter.Hit
+}
+
+// grow returns s resized to n, reusing its array when it is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -111,9 +125,6 @@ func New(o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.StoreTimeout <= 0 {
-		o.StoreTimeout = DefaultStoreTimeout
-	}
 	if o.DegradedLogInterval <= 0 {
 		o.DegradedLogInterval = 10 * time.Second
 	}
@@ -126,7 +137,9 @@ func New(o Options) *Service {
 	if o.MaxKeyBytes <= 0 {
 		o.MaxKeyBytes = DefaultMaxKeyBytes
 	}
-	return &Service{opts: o, log: o.Logger}
+	s := &Service{opts: o, log: o.Logger}
+	s.scratch.New = func() any { return new(scratch) }
+	return s
 }
 
 // SetConfig makes c the config of every call that starts after it returns.
@@ -233,6 +246,7 @@ type verdict struct {
 	hit    int                // index into hits, -1 if not counted
 	quota  bool               // quota_mode
 	shadow bool               // shadow_mode: never denies, never in headers
+	over   bool               // limit is the descriptor's own override
 }
 
 // decide evaluates a validated request.
@@ -246,18 +260,24 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
 	}
+	block := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(ds)) // one allocation for all statuses
+	for i := range resp.Statuses {
+		block[i].Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &block[i]
+	}
 	dom := cfg.Domain(req.GetDomain())
 	if dom == nil {
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		}
 		return resp, nil
 	}
 
 	// Resolve every descriptor to a rule and a limit.
-	vs := make([]verdict, len(ds))
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	vs := grow(sc.vs, len(ds))
+	sc.vs = vs
 	var replaced map[string]struct{}
-	entries := make([]descriptors.Entry, 0, 8)
+	entries := sc.entries[:0]
+	defer func() { sc.entries = entries[:0] }()
 	for i, d := range ds {
 		entries = entries[:0]
 		for _, e := range d.GetEntries() {
@@ -269,6 +289,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		case d.GetLimit() != nil:
 			v.limit = overrideLimit(d.GetLimit())
 			v.name = overrideName(v.limit)
+			v.over = true
 		case v.rule != nil && v.rule.Limit != nil && !v.rule.Unlimited:
 			v.limit = v.rule.Limit
 			v.name = limitName(dom.Name, v.rule)
@@ -284,7 +305,8 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 
 	// Drop replaced limits, then build one hit per counted descriptor.
-	hits := make([]limiter.Hit, 0, len(ds))
+	hits := sc.hits[:0]
+	defer func() { clear(hits); sc.hits = hits[:0] }()
 	quotas := 0
 	for i := range vs {
 		v := &vs[i]
@@ -312,16 +334,13 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		})
 	}
 	if len(hits) == 0 {
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		}
 		return resp, nil
 	}
 
-	sctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	// The store bounds its own calls (pkg/redis: CallTimeout, 15 ms by
+	// default); the incoming deadline, when shorter, rides on ctx.
 	storeStart := time.Now()
-	results, err := s.opts.Store.Apply(sctx, hits)
-	cancel()
+	results, err := s.opts.Store.Apply(ctx, hits)
 	s.opts.Metrics.observeStore(time.Since(storeStart), err)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -351,8 +370,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 
 	var denyRetry time.Duration
 	for i, v := range vs {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
+		st := resp.Statuses[i]
 		if v.hit < 0 {
 			continue
 		}
@@ -375,7 +393,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 				zap.Bool("shadow_mode", hits[v.hit].Shadow && !v.quota), zap.Uint64("hits_addend", hits[v.hit].Hits))
 		}
 	}
-	s.addHeaders(resp, vs, results, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, denyRetry)
+	s.addHeaders(cfg, resp, vs, results, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, denyRetry)
 	if s.opts.DynamicMetadata && resp.OverallCode == rlsv3.RateLimitResponse_OK {
 		resp.DynamicMetadata = dynamicMetadata(vs)
 	}
@@ -404,8 +422,6 @@ func (s *Service) refund(ctx context.Context, hits []limiter.Hit) error {
 	if len(back) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-	defer cancel()
 	_, err := s.opts.Store.Apply(ctx, back)
 	return err
 }
@@ -422,15 +438,14 @@ func (s *Service) failure(dom *descriptors.Domain, vs []verdict, resp *rlsv3.Rat
 		return nil, err
 	}
 	for i, v := range vs {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		if v.hit >= 0 {
+			st := resp.Statuses[i]
 			st.CurrentLimit = currentLimit(v.limit)
 			if mode == FailureModeDeny {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		}
-		resp.Statuses[i] = st
 	}
 	return resp, nil
 }
