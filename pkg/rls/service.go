@@ -343,8 +343,15 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	results, err := s.opts.Store.Apply(ctx, hits)
 	s.opts.Metrics.observeStore(time.Since(storeStart), err)
 	if err != nil {
+		// The caller's own deadline or cancellation is not a store failure:
+		// answering by failure mode then would be a late answer (an OK after
+		// Envoy gave up). go-redis can report the passed deadline as a socket
+		// timeout before ctx says so, hence the clock check.
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return nil, context.DeadlineExceeded
 		}
 		return s.failure(dom, vs, resp, err)
 	}
