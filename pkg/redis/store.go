@@ -397,21 +397,29 @@ func fill(results []limiter.Result, g *group, admitted bool) error {
 		if admitted {
 			rem, reset = v[5], v[6]
 		}
-		remS, ok4 := rem.(string)
 		resetMs, ok5 := reset.(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		if !ok1 || !ok2 || !ok3 || !ok5 {
 			return fmt.Errorf("redis: sliding window reply for hit %d has unexpected types %T", i, v)
 		}
-		// The script prints remaining as an exact whole double; convert it
-		// as limiter.Evaluate converts its float64.
-		remF, err := strconv.ParseFloat(remS, 64)
-		if err != nil {
-			return fmt.Errorf("redis: sliding window reply for hit %d: remaining: %w", i, err)
+		var remaining uint64
+		switch r := rem.(type) {
+		case int64:
+			remaining = uint64(r)
+		case string:
+			// From 2^63 on the script prints the whole double; convert it
+			// as limiter.Evaluate converts its float64.
+			f, err := strconv.ParseFloat(r, 64)
+			if err != nil {
+				return fmt.Errorf("redis: sliding window reply for hit %d: remaining: %w", i, err)
+			}
+			remaining = uint64(f)
+		default:
+			return fmt.Errorf("redis: sliding window reply for hit %d: remaining is a %T", i, rem)
 		}
 		results[i] = limiter.Result{
 			Allowed:      allowed == 1,
 			ExceedsLimit: exceeds == 1,
-			Remaining:    uint64(remF),
+			Remaining:    remaining,
 			ResetAfter:   time.Duration(resetMs) * time.Millisecond,
 			RetryAfter:   time.Duration(retry) * time.Millisecond,
 		}
