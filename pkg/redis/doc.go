@@ -28,7 +28,7 @@
 // # Keys
 //
 // One hash per counter, fields i (window index), c (current window count) and
-// p (previous window count):
+// p (previous window count; a missing c or p is 0):
 //
 //	<prefix>{<algorithm>:<window_ms>:k:<escaped key>}
 //	<prefix>{<algorithm>:<window_ms>:h:<hex sha256 of key>}
