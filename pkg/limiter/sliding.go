@@ -19,10 +19,13 @@ type Counter struct {
 const MaxCount = 1 << 52
 
 // roll returns c as seen from window index: the current window's count moves
-// to Prev when one window has passed, and both are zero after more.
+// to Prev when one window has passed, and both are zero after more. A counter
+// stored in a later window than index (the clock stepped back: NTP, or a
+// Redis failover to a host whose clock is behind) is kept as it is and seen
+// from the start of its own window, so a clock step never empties counters.
 func (c Counter) roll(index int64) Counter {
 	switch {
-	case c.Index == index:
+	case c.Index == index || c.Index > index && (c.Cur != 0 || c.Prev != 0):
 		return c
 	case c.Index == index-1:
 		return Counter{Index: index, Prev: c.Cur}
@@ -103,7 +106,7 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 			results[i].Allowed = true
 			continue
 		}
-		ok, exceeds, retry := slidingDecide(c, h.Limit.Requests, w, nowMs-idx*w, h.Hits)
+		ok, exceeds, retry := slidingDecide(c, h.Limit.Requests, w, elapsed(nowMs, w, c.Index), h.Hits)
 		results[i] = Result{Allowed: ok, ExceedsLimit: exceeds, RetryAfter: time.Duration(retry) * time.Millisecond}
 		if !ok && !h.Shadow {
 			admitted = false
@@ -145,7 +148,7 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 	// Report from the state after the outcome.
 	for i, h := range hits {
 		w := h.Limit.Window.Milliseconds()
-		e := nowMs - next[i].Index*w
+		e := elapsed(nowMs, w, next[i].Index)
 		if results[i].Allowed {
 			results[i].Remaining = slidingRemaining(next[i], h.Limit.Requests, w, e)
 		}
@@ -244,6 +247,12 @@ func groupLeaders(hits []Hit, leader []int) []int {
 		}
 	}
 	return leader
+}
+
+// elapsed is the part of window index that has passed at nowMs, in ms: 0 when
+// the window starts later than nowMs (see roll).
+func elapsed(nowMs, w, index int64) int64 {
+	return max(nowMs-index*w, 0)
 }
 
 func floorDiv(a, b int64) int64 {

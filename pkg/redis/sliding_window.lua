@@ -187,6 +187,11 @@ for h = 1, nh do
     oi[k], oc[k], op[k], ox[k] = i0, c0, p0, x0
     if i0 == idx then
       ri[k], rc[k], rp[k] = idx, c0, p0
+    elseif x0 and i0 > idx then
+      -- The clock stepped back (a failover to a host whose clock is
+      -- behind): keep the counter, seen from the start of its window.
+      ri[k], rc[k], rp[k] = i0, c0, p0
+      e = 0
     elseif i0 == idx - 1 then
       ri[k], rc[k], rp[k] = idx, 0, c0
     else
