@@ -162,6 +162,11 @@ func (srv *server) openStore() error {
 			return fmt.Errorf("redis: %w", err)
 		}
 		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		// Dial and load the script now, so the first decision does not pay
+		// for them inside its deadline. Redis may be down: readiness says so.
+		if err := st.Warm(context.Background()); err != nil {
+			srv.log.Warn("redis not reachable at start", zap.Error(err))
+		}
 		if set.OverLimitCache {
 			c := limiter.NewOverLimitCache(st, limiter.OverLimitOptions{})
 			srv.store = c

@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,4 +28,27 @@ func TestStoreContractCluster(t *testing.T) {
 		t.Cleanup(func() { deletePrefix(t, newClusterClient(t, addrs), prefix) })
 		return New(c, Options{Now: now, Prefix: prefix, CallTimeout: testTimeout})
 	})
+}
+
+func TestWarmLoadsScript(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := Open(Settings{URL: "redis://" + srv.Addr() + "/0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := redistest.Do(srv.Addr(), "SCRIPT", "EXISTS", slidingWindow.Hash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := got.([]any); len(l) != 1 || l[0] != int64(1) {
+		t.Errorf("SCRIPT EXISTS after Warm = %v, want [1]", got)
+	}
+	srv.Stop()
+	if err := st.Warm(context.Background()); !errors.Is(err, limiter.ErrStoreUnavailable) {
+		t.Errorf("Warm with Redis down = %v, want ErrStoreUnavailable", err)
+	}
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -60,6 +61,10 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		log = zap.NewNop()
 	}
 	log = log.Named("redis")
+	// go-redis logs dial failures and Sentinel events through a process-wide
+	// logger; send them to ours at debug level (Sluice reports outages
+	// itself: readiness, metrics, throttled warnings).
+	goredis.SetLogger(zapPrintf{log.Named("go-redis")})
 	u := &goredis.UniversalOptions{
 		PoolSize:              s.PoolSize,
 		DialTimeout:           orDefault(s.DialTimeout, time.Second),
@@ -128,6 +133,15 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 	log.Info("redis store configured", zap.String("mode", mode), zap.String("redis_url", Redacted(s.URL)),
 		zap.Strings("addrs", u.Addrs))
 	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, Logger: log}), nil
+}
+
+// zapPrintf adapts a zap logger to go-redis's Printf logger.
+type zapPrintf struct{ log *zap.Logger }
+
+func (z zapPrintf) Printf(_ context.Context, format string, v ...any) {
+	if ce := z.log.Check(zap.DebugLevel, "go-redis"); ce != nil {
+		ce.Write(zap.String("message", fmt.Sprintf(format, v...)))
+	}
 }
 
 func orDefault(d, def time.Duration) time.Duration {

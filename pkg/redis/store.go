@@ -90,13 +90,30 @@ func New(c Client, o Options) *Store {
 	return s
 }
 
+// PingTimeout bounds Ping. It is longer than a decision's CallTimeout so a
+// busy but healthy Redis does not make readiness flap.
+const PingTimeout = time.Second
+
 // Ping checks that Redis answers, for readiness probes. Its error wraps
 // limiter.ErrStoreUnavailable.
 func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
 	if err := s.c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("%w: ping redis: %w", limiter.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// Warm opens a connection and loads the script (on every master of a
+// Cluster), so the first decision does not spend its CallTimeout on a dial
+// and an EVAL. It is an optimisation: Apply loads the script itself on
+// NOSCRIPT. Its error wraps limiter.ErrStoreUnavailable.
+func (s *Store) Warm(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	if err := slidingWindow.Load(ctx, s.c).Err(); err != nil {
+		return fmt.Errorf("%w: load script: %w", limiter.ErrStoreUnavailable, err)
 	}
 	return nil
 }
