@@ -50,6 +50,8 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 var errWire = errors.New("malformed protobuf")
 
+var merge = proto.UnmarshalOptions{Merge: true}
+
 // decodeRequest decodes a RateLimitRequest keeping strings' raw bytes.
 // Unknown fields are skipped, as the standard decoder keeps but ignores them.
 func decodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
@@ -88,18 +90,21 @@ func decodeDescriptor(b []byte, d *rlcommon.RateLimitDescriptor) error {
 				return err
 			}
 			d.Entries = append(d.Entries, e)
+		// A singular message field seen twice is merged, as protobuf does.
 		case num == 2 && typ == protowire.BytesType:
-			o := &rlcommon.RateLimitDescriptor_RateLimitOverride{}
-			if err := proto.Unmarshal(v, o); err != nil {
+			if d.Limit == nil {
+				d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{}
+			}
+			if err := merge.Unmarshal(v, d.Limit); err != nil {
 				return err
 			}
-			d.Limit = o
 		case num == 3 && typ == protowire.BytesType:
-			h := &wrapperspb.UInt64Value{}
-			if err := proto.Unmarshal(v, h); err != nil {
+			if d.HitsAddend == nil {
+				d.HitsAddend = &wrapperspb.UInt64Value{}
+			}
+			if err := merge.Unmarshal(v, d.HitsAddend); err != nil {
 				return err
 			}
-			d.HitsAddend = h
 		case num == 4 && typ == protowire.VarintType:
 			d.IsNegativeHits = n != 0
 		}
