@@ -13,9 +13,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // limitConfig is a one-rule config: key "k" limited to n a minute.
@@ -25,33 +22,11 @@ func limitConfig(n int) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// runAt starts a server on config path with a short debounce.
+// runAt launches a server on config path with a short debounce.
 func runAt(t *testing.T, path string) (*server, rlsv3.RateLimitServiceClient) {
 	t.Helper()
-	s, err := parseSettings([]string{"--config", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--reload-debounce", "50ms", "--health-interval", "20ms"}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := newServer(s, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	conn, err := grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return srv, rlsv3.NewRateLimitServiceClient(conn)
+	r := launch(t, "--config", path, "--reload-debounce", "50ms", "--health-interval", "20ms")
+	return r.srv, r.client
 }
 
 // limitInForce asks for key value v and returns the requests_per_unit in

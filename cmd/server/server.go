@@ -65,6 +65,9 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	if err := srv.openStore(); err != nil {
 		return nil, err
 	}
+	if s.wrapStore != nil {
+		srv.store = s.wrapStore(srv.store)
+	}
 	metrics, err := rls.NewMetrics(srv.reg, s.nearLimitRatio())
 	if err != nil {
 		return nil, err

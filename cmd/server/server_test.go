@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,41 +20,76 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// startServer runs a server on 127.0.0.1 ports chosen at run time with the
-// repository's config/, and stops it when the test ends.
-func startServer(t *testing.T, args ...string) (*server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+// running is a server started by launch.
+type running struct {
+	srv    *server
+	client rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
+	once   sync.Once
+	done   chan error
+	cancel context.CancelFunc
+	err    error
+}
+
+// stop shuts the server down as SIGTERM would and returns serve's error. It
+// may be called more than once.
+func (r *running) stop() error {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case r.err = <-r.done:
+		case <-time.After(15 * time.Second):
+			r.err = errors.New("server did not stop within 15s")
+		}
+	})
+	return r.err
+}
+
+// launch runs a server with args on 127.0.0.1 ports chosen at run time,
+// connects a client, and stops both when the test ends.
+func launch(t *testing.T, args ...string) *running {
 	t.Helper()
-	args = append([]string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	return launchWith(t, nil, args...)
+}
+
+// launchWith is launch with the store wrapped by wrap (nil: as selected).
+func launchWith(t *testing.T, wrap func(limiter.Store) limiter.Store, args ...string) *running {
+	t.Helper()
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 	s, err := parseSettings(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.wrapStore = wrap
 	srv, err := newServer(s, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx) }()
+	r := &running{srv: srv, done: make(chan error, 1), cancel: cancel}
+	go func() { r.done <- srv.serve(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("server did not stop")
+		if err := r.stop(); err != nil {
+			t.Errorf("serve: %v", err)
 		}
 	})
-	conn, err := grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	if r.conn, err = grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	return srv, rlsv3.NewRateLimitServiceClient(conn), conn
+	t.Cleanup(func() { r.conn.Close() })
+	r.client = rlsv3.NewRateLimitServiceClient(r.conn)
+	return r
+}
+
+// startServer launches a server on the repository's config/.
+func startServer(t *testing.T, args ...string) (*server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	r := launch(t, append([]string{"--config", "../../config"}, args...)...)
+	return r.srv, r.client, r.conn
 }
 
 func edgeRequest(descs ...[]string) *rlsv3.RateLimitRequest {
@@ -218,30 +255,74 @@ func TestHealthReflectionAndHTTP(t *testing.T) {
 	}
 }
 
-// slowStore blocks every call until released, to hold calls in flight.
-func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
-	s, err := parseSettings([]string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--shutdown-delay", "200ms"}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := newServer(s, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx) }()
-	conn, err := grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+// heldStore holds every Apply until release is closed, to keep calls in
+// flight.
+type heldStore struct {
+	limiter.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.Store.Apply(ctx, hits)
+}
+
+// TestShutdownDrainsInFlightCalls: a call in flight when SIGTERM arrives
+// completes with its answer, a new connection is refused once the drain
+// starts, and serve returns nil within delay + timeout.
+func TestShutdownDrainsInFlightCalls(t *testing.T) {
+	held := &heldStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r := launchWith(t, func(s limiter.Store) limiter.Store { held.Store = s; return held },
+		"--config", "../../config", "--shutdown-delay", "100ms", "--shutdown-timeout", "5s")
+	inFlight := make(chan error, 1)
+	go func() {
+		resp, err := r.client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "inflight"}))
+		if err == nil && resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			err = fmt.Errorf("answer %v", resp)
+		}
+		inFlight <- err
+	}()
+	<-held.entered
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.stop() }()
+	time.Sleep(300 * time.Millisecond) // past the delay: the drain has begun
+	conn, err := grpc.NewClient(r.srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	health := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, edgeRequest([]string{"api_key", "late"}))
+	cancel()
+	if err == nil {
+		t.Error("a new connection during the drain was served")
+	}
+	close(held.release)
+	if err := <-inFlight; err != nil {
+		t.Errorf("in-flight call: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+	if d := time.Since(start); d > 5100*time.Millisecond {
+		t.Errorf("shutdown took %v, more than delay + timeout", d)
+	}
+}
+
+// TestShutdownLetsInFlightCallsFinish: during the shutdown delay health says
+// NOT_SERVING and calls still work; then serve returns nil and calls fail.
+func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
+	r := launch(t, "--config", "../../config", "--shutdown-delay", "200ms")
+	client := r.client
+	health := healthpb.NewHealthClient(r.conn)
+	stopped := make(chan error, 1)
 	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err != nil {
 		t.Fatal(err)
 	}
-	cancel()
+	go func() { stopped <- r.stop() }()
 	// During the shutdown delay health says NOT_SERVING and calls still work.
 	time.Sleep(50 * time.Millisecond)
 	h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
@@ -251,13 +332,8 @@ func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
 	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err != nil {
 		t.Errorf("call during shutdown delay: %v", err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not stop")
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err == nil {
 		t.Error("call after shutdown succeeded")

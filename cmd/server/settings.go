@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
@@ -54,6 +55,9 @@ type settings struct {
 	Version         bool
 
 	headers rls.HeaderSet // parsed ResponseHeaders
+
+	// wrapStore, when set (tests only), wraps the store the settings select.
+	wrapStore func(limiter.Store) limiter.Store
 }
 
 // flagErrHelp is returned by parseSettings for -h and --help: usage was
