@@ -35,9 +35,14 @@ func TestAccuracyReport(t *testing.T) {
 // never decided wrongly (see TestQuietSourcesExact).
 //
 // The shares below depend on the traffic, not on a theorem: they are about
-// twice the values the default 10M-request trace gives (RESULTS-memory.md),
-// so they catch a regression of the counter (a wrong weight, an off-by-one
-// at window boundaries) without flaking on the trace's sampling noise.
+// twice the values the 10M-request trace of seed 1 gives (count-all wrong
+// 1.46%, stateless over-admission 2.87%, stateful wrong 20.0%; see
+// bench/RESULTS-memory.md), and three times its net difference in admitted
+// requests (0.86%), which this trace of a few dozen sources samples
+// coarsely (1.65% here). So they catch a regression of the counter (a wrong
+// weight, an off-by-one at window boundaries) without flaking on sampling
+// noise; the trace is deterministic, so they cannot flake at all unless the
+// code changes.
 func TestAccuracyBounds(t *testing.T) {
 	r := Replay(TraceOptions{Seed: 7, Requests: 300_000})
 	tot := r.Total
@@ -52,10 +57,10 @@ func TestAccuracyBounds(t *testing.T) {
 		bound  float64
 		reason string
 	}{
-		{"count-all wrong", tot.CountAll.Wrong(), tot.CountAll.Requests, 0.04, "errors only where a source crosses its limit"},
-		{"stateless over-admission", tot.Stateless.Over, tot.Stateless.Requests, 0.08, "admissions that push the true count over the limit"},
+		{"count-all wrong", tot.CountAll.Wrong(), tot.CountAll.Requests, 0.03, "errors only where a source crosses its limit"},
+		{"stateless over-admission", tot.Stateless.Over, tot.Stateless.Requests, 0.06, "admissions that push the true count over the limit"},
 		{"stateful net admitted", abs(tot.Stateful.Admitted - tot.Stateful.Exact), tot.Stateful.Exact, 0.03, "the counter admits about as many as the log overall"},
-		{"stateful wrong", tot.Stateful.Wrong(), tot.Stateful.Requests, 0.45, "phase differences of sources over their limit dominate"},
+		{"stateful wrong", tot.Stateful.Wrong(), tot.Stateful.Requests, 0.40, "phase differences of sources over their limit dominate"},
 	} {
 		if got := share(tc.n, tc.of); got > tc.bound {
 			t.Errorf("%s = %.4f%% (%d of %d), want <= %.2f%% (%s)", tc.name, 100*got, tc.n, tc.of, 100*tc.bound, tc.reason)
