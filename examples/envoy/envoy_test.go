@@ -1,7 +1,6 @@
 package envoy_test
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,13 +19,10 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/internal/envoysim"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 
 	// Every typed_config "@type" in envoy.yaml must resolve, so each
@@ -44,6 +40,8 @@ const (
 	clientAddress = "203.0.113.7"
 	// authority is the Host of the simulated requests.
 	authority = "localhost:10000"
+	// configName names config/ in the errors of envoysim.MatchConfig.
+	configName = "config/"
 )
 
 // sampleHeaders gives the value a simulated request carries for a header
@@ -52,6 +50,12 @@ const (
 var sampleHeaders = map[string]string{
 	"x-api-key":      "alice",
 	"x-internal-key": "billing",
+}
+
+// newRequest returns a simulated request from clientAddress to authority
+// over http.
+func newRequest(path string, headers map[string]string) envoysim.Request {
+	return envoysim.Request{Path: path, Headers: headers, Authority: authority, Scheme: "http", ClientAddress: clientAddress}
 }
 
 // TestEnvoyYAML checks examples/envoy/envoy.yaml the way Envoy would load it
@@ -66,7 +70,7 @@ func TestEnvoyYAML(t *testing.T) {
 	}
 
 	t.Run("validate", func(t *testing.T) {
-		for _, err := range validateTree(b) {
+		for _, err := range envoysim.ValidateDeep(b, "bootstrap") {
 			t.Error(err)
 		}
 	})
@@ -81,7 +85,7 @@ func TestEnvoyYAML(t *testing.T) {
 		for _, err := range errs {
 			t.Error(err)
 		}
-		for _, err := range matchConfig(cfg, sent) {
+		for _, err := range envoysim.MatchConfig(cfg, sent, configName) {
 			t.Error(err)
 		}
 	})
@@ -102,7 +106,7 @@ func TestEnvoyYAML(t *testing.T) {
 		}
 		shapes := map[string]bool{}
 		for _, s := range sent {
-			shapes[s.shape()] = true
+			shapes[s.Shape()] = true
 		}
 		got := slices.Sorted(maps.Keys(shapes))
 		slices.Sort(want)
@@ -147,17 +151,17 @@ func TestEnvoyYAMLRequests(t *testing.T) {
 		{"anonymous anything", "/", nil, []string{"[" + ca + "]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := request{path: tc.path, headers: tc.headers}
+			req := newRequest(tc.path, tc.headers)
 			sent, err := sendFor(b, req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var got []string
 			for _, s := range sent {
-				if s.domain != "edge" {
-					t.Errorf("domain = %q, want edge", s.domain)
+				if s.Domain != "edge" {
+					t.Errorf("domain = %q, want edge", s.Domain)
 				}
-				got = append(got, formatEntries(s.entries))
+				got = append(got, envoysim.FormatEntries(s.Entries))
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("descriptors for %s %v = %v, want %v", tc.path, tc.headers, got, tc.want)
@@ -254,11 +258,11 @@ func checkAll(text []byte, cfg *descriptors.Config) []error {
 	if err != nil {
 		return []error{err}
 	}
-	errs := validateTree(b)
+	errs := envoysim.ValidateDeep(b, "bootstrap")
 	errs = append(errs, checkWiring(b)...)
 	sent, simErrs := simulate(b)
 	errs = append(errs, simErrs...)
-	return append(errs, matchConfig(cfg, sent)...)
+	return append(errs, envoysim.MatchConfig(cfg, sent, configName)...)
 }
 
 func readFile(t *testing.T, name string) []byte {
@@ -296,59 +300,6 @@ func parseBootstrap(text []byte) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("convert to Bootstrap: %w", err)
 	}
 	return b, nil
-}
-
-// validator is what protoc-gen-validate generates on every Envoy message.
-type validator interface{ ValidateAll() error }
-
-// validateTree runs ValidateAll on b and on the message inside every
-// anypb.Any under it, recursively: ValidateAll checks an Any's type URL
-// only, never what it holds.
-func validateTree(b *bootstrapv3.Bootstrap) []error {
-	return validateMessage(b, "bootstrap")
-}
-
-func validateMessage(m proto.Message, path string) []error {
-	var errs []error
-	v, ok := m.(validator)
-	if !ok {
-		return []error{fmt.Errorf("%s: %s has no ValidateAll", path, m.ProtoReflect().Descriptor().FullName())}
-	}
-	if err := v.ValidateAll(); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", path, err))
-	}
-	return append(errs, validateAnys(m.ProtoReflect(), path)...)
-}
-
-// validateAnys finds every Any under m and validates what it holds.
-func validateAnys(m protoreflect.Message, path string) []error {
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			return []error{fmt.Errorf("%s: unpack %s: %w", path, a.GetTypeUrl(), err)}
-		}
-		return validateMessage(inner, fmt.Sprintf("%s(%s)", path, inner.ProtoReflect().Descriptor().Name()))
-	}
-	var errs []error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		p := path + "." + string(fd.Name())
-		switch {
-		case fd.IsList() && fd.Message() != nil:
-			l := v.List()
-			for i := range l.Len() {
-				errs = append(errs, validateAnys(l.Get(i).Message(), fmt.Sprintf("%s[%d]", p, i))...)
-			}
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				errs = append(errs, validateAnys(mv.Message(), fmt.Sprintf("%s[%v]", p, k.Interface()))...)
-				return true
-			})
-		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			errs = append(errs, validateAnys(v.Message(), p)...)
-		}
-		return true
-	})
-	return errs
 }
 
 // rateLimitFilter is one envoy.filters.http.ratelimit filter and the
@@ -450,83 +401,14 @@ func speaksHTTP2(c *clusterv3.Cluster) bool {
 	return opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
 }
 
-// request is a simulated downstream request.
-type request struct {
-	path    string
-	headers map[string]string // lower-case names, no pseudo-headers
-}
-
-// header returns the value Envoy would see for name, pseudo-headers
-// included.
-func (r request) header(name string) (string, bool) {
-	switch name {
-	case ":path":
-		return r.path, true
-	case ":method":
-		return "GET", true
-	case ":authority", "host":
-		return authority, true
-	case ":scheme":
-		return "http", true
-	}
-	v, ok := r.headers[strings.ToLower(name)]
-	return v, ok
-}
-
-func (r request) String() string {
-	keys := slices.Sorted(maps.Keys(r.headers))
-	var b strings.Builder
-	b.WriteString("GET " + r.path)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s:%s", k, r.headers[k])
-	}
-	return b.String()
-}
-
-// entry is a descriptor entry with where its value came from.
-type entry struct {
-	descriptors.Entry
-	source string // "" for a fixed value, else a header name or "client address"
-}
-
-// sent is one descriptor that Envoy sends for a request.
-type sent struct {
-	req     request
-	route   string
-	domain  string
-	entries []entry
-}
-
-// shape names the descriptor with request-derived values replaced by their
-// source, e.g. "edge [api_key=<x-api-key>, route=search]".
-func (s sent) shape() string {
-	parts := make([]string, len(s.entries))
-	for i, e := range s.entries {
-		v := e.Value
-		if e.source != "" {
-			v = "<" + e.source + ">"
-		}
-		parts[i] = e.Key + "=" + v
-	}
-	return s.domain + " [" + strings.Join(parts, ", ") + "]"
-}
-
-func formatEntries(es []entry) string {
-	parts := make([]string, len(es))
-	for i, e := range es {
-		parts[i] = e.Key + "=" + e.Value
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
 // simulate sends sample requests through every rate limit filter's routes:
 // each path a route matches, with every combination of the headers that the
 // routes match on or read. It returns every descriptor sent, and an error
 // for a route no sample reaches (its rate_limits would go unchecked) or a
 // config it cannot simulate.
-func simulate(b *bootstrapv3.Bootstrap) ([]sent, []error) {
+func simulate(b *bootstrapv3.Bootstrap) ([]envoysim.Descriptor, []error) {
 	rls, errs := rateLimitFilters(b)
-	var out []sent
+	var out []envoysim.Descriptor
 	for _, rl := range rls {
 		vhs := rl.hcm.GetRouteConfig().GetVirtualHosts()
 		paths := map[string]bool{"/": true}
@@ -562,25 +444,17 @@ func simulate(b *bootstrapv3.Bootstrap) ([]sent, []error) {
 			continue
 		}
 		reached := map[string]bool{}
-		for _, p := range slices.Sorted(maps.Keys(paths)) {
-			for set := range 1 << len(headerNames) {
-				req := request{path: p, headers: map[string]string{}}
-				for i, n := range headerNames {
-					if set&(1<<i) != 0 {
-						req.headers[n] = sampleHeaderValue(n)
-					}
-				}
-				route, ds, err := route(rl, req)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				if route == nil {
-					continue
-				}
-				reached[route.GetName()] = true
-				out = append(out, ds...)
+		for _, req := range envoysim.SampleRequests(newRequest("", nil), slices.Sorted(maps.Keys(paths)), headerNames, sampleHeaders) {
+			route, ds, err := route(rl, req)
+			if err != nil {
+				errs = append(errs, err)
+				continue
 			}
+			if route == nil {
+				continue
+			}
+			reached[route.GetName()] = true
+			out = append(out, ds...)
 		}
 		for _, vh := range vhs {
 			for _, r := range vh.GetRoutes() {
@@ -593,16 +467,9 @@ func simulate(b *bootstrapv3.Bootstrap) ([]sent, []error) {
 	return out, errs
 }
 
-func sampleHeaderValue(name string) string {
-	if v, ok := sampleHeaders[name]; ok {
-		return v
-	}
-	return "sample-" + name
-}
-
 // sendFor returns the descriptors Envoy sends for req through the first
 // rate limit filter of b.
-func sendFor(b *bootstrapv3.Bootstrap, req request) ([]sent, error) {
+func sendFor(b *bootstrapv3.Bootstrap, req envoysim.Request) ([]envoysim.Descriptor, error) {
 	rls, errs := rateLimitFilters(b)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -616,7 +483,7 @@ func sendFor(b *bootstrapv3.Bootstrap, req request) ([]sent, error) {
 
 // route finds the route Envoy picks for req (nil if none) and the
 // descriptors the filter sends for it, in the order of its rate_limits.
-func route(rl rateLimitFilter, req request) (*routev3.Route, []sent, error) {
+func route(rl rateLimitFilter, req envoysim.Request) (*routev3.Route, []envoysim.Descriptor, error) {
 	if len(rl.filter.GetRateLimits()) > 0 {
 		return nil, nil, fmt.Errorf("listener %s: filter-level rate_limits are not simulated; put them on routes", rl.listener)
 	}
@@ -638,7 +505,7 @@ func route(rl rateLimitFilter, req request) (*routev3.Route, []sent, error) {
 			if _, ok := r.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"]; ok {
 				return nil, nil, fmt.Errorf("route %q: per-route rate limit config is not simulated", r.GetName())
 			}
-			var out []sent
+			var out []envoysim.Descriptor
 			for i, lim := range r.GetRoute().GetRateLimits() {
 				if lim.GetStage().GetValue() != rl.filter.GetStage() {
 					continue
@@ -646,12 +513,12 @@ func route(rl rateLimitFilter, req request) (*routev3.Route, []sent, error) {
 				if lim.GetLimit() != nil {
 					return nil, nil, fmt.Errorf("route %q: rate_limits[%d]: limit overrides are not simulated", r.GetName(), i)
 				}
-				es, ok, err := entries(lim.GetActions(), req)
+				es, ok, err := envoysim.Entries(lim.GetActions(), req)
 				if err != nil {
 					return nil, nil, fmt.Errorf("route %q: rate_limits[%d]: %w", r.GetName(), i, err)
 				}
 				if ok && len(es) > 0 {
-					out = append(out, sent{req: req, route: r.GetName(), domain: rl.filter.GetDomain(), entries: es})
+					out = append(out, envoysim.Descriptor{Req: req, Route: r.GetName(), Domain: rl.filter.GetDomain(), Entries: es})
 				}
 			}
 			return r, out, nil
@@ -661,12 +528,12 @@ func route(rl rateLimitFilter, req request) (*routev3.Route, []sent, error) {
 	return nil, nil, nil
 }
 
-func routeMatches(m *routev3.RouteMatch, req request) (bool, error) {
+func routeMatches(m *routev3.RouteMatch, req envoysim.Request) (bool, error) {
 	if len(m.GetQueryParameters()) > 0 || m.GetRuntimeFraction() != nil || m.GetGrpc() != nil ||
 		len(m.GetCookies()) > 0 || len(m.GetDynamicMetadata()) > 0 || len(m.GetFilterState()) > 0 || m.GetTlsContext() != nil {
 		return false, errors.New("match conditions other than path and headers are not simulated")
 	}
-	path, fold := req.path, m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue()
+	path, fold := req.Path, m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue()
 	eq := func(a, b string) bool { return a == b || fold && strings.EqualFold(a, b) }
 	var ok bool
 	switch spec := m.GetPathSpecifier().(type) {
@@ -683,123 +550,5 @@ func routeMatches(m *routev3.RouteMatch, req request) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	return headersMatch(m.GetHeaders(), req)
-}
-
-// headersMatch reports whether every matcher matches req.
-func headersMatch(hms []*routev3.HeaderMatcher, req request) (bool, error) {
-	for _, hm := range hms {
-		v, present := req.header(hm.GetName())
-		var m bool
-		switch spec := hm.GetHeaderMatchSpecifier().(type) {
-		case *routev3.HeaderMatcher_PresentMatch:
-			m = present == spec.PresentMatch
-		case *routev3.HeaderMatcher_StringMatch:
-			s, want := v, spec.StringMatch
-			if want.GetIgnoreCase() {
-				s = strings.ToLower(s)
-			}
-			lower := func(x string) string {
-				if want.GetIgnoreCase() {
-					return strings.ToLower(x)
-				}
-				return x
-			}
-			switch p := want.GetMatchPattern().(type) {
-			case *matcherv3.StringMatcher_Exact:
-				m = present && s == lower(p.Exact)
-			case *matcherv3.StringMatcher_Prefix:
-				m = present && strings.HasPrefix(s, lower(p.Prefix))
-			case *matcherv3.StringMatcher_Suffix:
-				m = present && strings.HasSuffix(s, lower(p.Suffix))
-			case *matcherv3.StringMatcher_Contains:
-				m = present && strings.Contains(s, lower(p.Contains))
-			default:
-				return false, fmt.Errorf("header %s: string matcher %T is not simulated", hm.GetName(), p)
-			}
-		default:
-			return false, fmt.Errorf("header %s: matcher %T is not simulated", hm.GetName(), spec)
-		}
-		if hm.GetInvertMatch() {
-			m = !m
-		}
-		if !m {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// entries returns the entries one rate_limits element produces for req, in
-// action order, and false when Envoy would send no descriptor for it (an
-// action with nothing to add).
-func entries(actions []*routev3.RateLimit_Action, req request) ([]entry, bool, error) {
-	var out []entry
-	for i, a := range actions {
-		switch {
-		case a.GetRequestHeaders() != nil:
-			rh := a.GetRequestHeaders()
-			v, ok := req.header(rh.GetHeaderName())
-			if !ok {
-				if rh.GetSkipIfAbsent() {
-					continue
-				}
-				return nil, false, nil
-			}
-			out = append(out, entry{descriptors.Entry{Key: rh.GetDescriptorKey(), Value: v}, rh.GetHeaderName()})
-		case a.GetRemoteAddress() != nil:
-			out = append(out, entry{descriptors.Entry{Key: "remote_address", Value: clientAddress}, "client address"})
-		case a.GetGenericKey() != nil:
-			gk := a.GetGenericKey()
-			key := cmp.Or(gk.GetDescriptorKey(), "generic_key") // Envoy's default key
-			out = append(out, entry{descriptors.Entry{Key: key, Value: gk.GetDescriptorValue()}, ""})
-		case a.GetHeaderValueMatch() != nil:
-			hv := a.GetHeaderValueMatch()
-			m, err := headersMatch(hv.GetHeaders(), req)
-			if err != nil {
-				return nil, false, fmt.Errorf("actions[%d]: %w", i, err)
-			}
-			expect := hv.GetExpectMatch() == nil || hv.GetExpectMatch().GetValue()
-			if m != expect {
-				if hv.GetDefaultValue() != "" {
-					return nil, false, fmt.Errorf("actions[%d]: header_value_match default_value is not simulated", i)
-				}
-				return nil, false, nil
-			}
-			key := cmp.Or(hv.GetDescriptorKey(), "header_match") // Envoy's default key
-			out = append(out, entry{descriptors.Entry{Key: key, Value: hv.GetDescriptorValue()}, ""})
-		default:
-			return nil, false, fmt.Errorf("actions[%d]: action %T is not simulated; teach entries() about it", i, a.GetActionSpecifier())
-		}
-	}
-	return out, true, nil
-}
-
-// matchConfig reports every sent descriptor that cfg has no rule for under
-// its domain, or whose rule neither limits it nor is unlimited (a node
-// without rate_limit: Sluice would answer OK and count nothing, which in
-// this demo means the action and the config disagree).
-func matchConfig(cfg *descriptors.Config, all []sent) []error {
-	var errs []error
-	seen := map[string]bool{}
-	for _, s := range all {
-		ds := make([]descriptors.Entry, len(s.entries))
-		for i, e := range s.entries {
-			ds[i] = e.Entry
-		}
-		var msg string
-		switch rule := cfg.Match(s.domain, ds); {
-		case rule == nil:
-			msg = fmt.Sprintf("domain %q: %s matches no rule in config/", s.domain, formatEntries(s.entries))
-		case rule.Limit == nil && !rule.Unlimited:
-			msg = fmt.Sprintf("domain %q: %s matches rule %s (%s:%d), which has no rate_limit", s.domain, formatEntries(s.entries), rule.FullKey, rule.File, rule.Line)
-		default:
-			continue
-		}
-		if !seen[msg] {
-			seen[msg] = true
-			errs = append(errs, fmt.Errorf("route %q, %s: %s", s.route, s.req, msg))
-		}
-	}
-	return errs
+	return envoysim.HeadersMatch(m.GetHeaders(), req)
 }

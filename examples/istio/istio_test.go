@@ -8,7 +8,6 @@ package istio_test
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -26,13 +24,11 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/internal/envoysim"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
@@ -42,11 +38,20 @@ const (
 	clientAddress = "203.0.113.7"
 	// gatewayLabel is the label of the Istio ingress gateway pods.
 	gatewayLabel = "ingressgateway"
+	// configName names the ConfigMap's config in the errors of
+	// envoysim.MatchConfig.
+	configName = "the ConfigMap's config"
 )
 
 // sampleHeaders are the values simulated requests carry for the headers
 // the routes match on or read.
 var sampleHeaders = map[string]string{"x-api-key": "alice", "x-internal-key": "billing"}
+
+// newRequest returns a simulated request from clientAddress. It sets no
+// Authority or Scheme: no VirtualService match or action here reads them.
+func newRequest(path string, headers map[string]string) envoysim.Request {
+	return envoysim.Request{Path: path, Headers: headers, ClientAddress: clientAddress}
+}
 
 func TestIstio(t *testing.T) {
 	for _, err := range checkAll(t, ".", kustomizeDir) {
@@ -76,7 +81,7 @@ func TestIstioDescriptorShapes(t *testing.T) {
 	slices.Sort(want)
 	shapes := map[string]bool{}
 	for _, s := range sent {
-		shapes[s.shape()] = true
+		shapes[s.Shape()] = true
 	}
 	if got := slices.Sorted(maps.Keys(shapes)); !slices.Equal(got, want) {
 		t.Errorf("descriptor shapes =\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
@@ -123,16 +128,16 @@ func TestIstioRequests(t *testing.T) {
 		{"anonymous anything", "/", nil, []string{"[" + ca + "]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sent, err := sendFor(ex, request{path: tc.path, headers: tc.headers})
+			sent, err := sendFor(ex, newRequest(tc.path, tc.headers))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var got []string
 			for _, s := range sent {
-				if s.domain != "edge" {
-					t.Errorf("domain = %q, want edge", s.domain)
+				if s.Domain != "edge" {
+					t.Errorf("domain = %q, want edge", s.Domain)
 				}
-				got = append(got, formatEntries(s.entries))
+				got = append(got, envoysim.FormatEntries(s.Entries))
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("descriptors for %s %v = %v, want %v", tc.path, tc.headers, got, tc.want)
@@ -245,7 +250,7 @@ func checkAll(t *testing.T, dir, kdir string) []error {
 	errs = append(errs, checkWiring(ex)...)
 	sent, simErrs := simulate(ex)
 	errs = append(errs, simErrs...)
-	return append(errs, matchConfig(cfg, sent)...)
+	return append(errs, envoysim.MatchConfig(cfg, sent, configName)...)
 }
 
 // Istio resources, the fields this example uses. They are decoded with
@@ -518,52 +523,6 @@ func toProto(value any, m proto.Message) error {
 	return nil
 }
 
-// validator is what protoc-gen-validate generates on every Envoy message.
-type validator interface{ ValidateAll() error }
-
-// validateMessage runs ValidateAll on m and on the message inside every Any
-// under it, recursively: ValidateAll checks an Any's type URL only.
-func validateMessage(m proto.Message, path string) []error {
-	var errs []error
-	v, ok := m.(validator)
-	if !ok {
-		return []error{fmt.Errorf("%s: %s has no ValidateAll", path, m.ProtoReflect().Descriptor().FullName())}
-	}
-	if err := v.ValidateAll(); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", path, err))
-	}
-	return append(errs, validateAnys(m.ProtoReflect(), path)...)
-}
-
-func validateAnys(m protoreflect.Message, path string) []error {
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			return []error{fmt.Errorf("%s: unpack %s: %w", path, a.GetTypeUrl(), err)}
-		}
-		return validateMessage(inner, fmt.Sprintf("%s(%s)", path, inner.ProtoReflect().Descriptor().Name()))
-	}
-	var errs []error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		p := path + "." + string(fd.Name())
-		switch {
-		case fd.IsList() && fd.Message() != nil:
-			for i := range v.List().Len() {
-				errs = append(errs, validateAnys(v.List().Get(i).Message(), fmt.Sprintf("%s[%d]", p, i))...)
-			}
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				errs = append(errs, validateAnys(mv.Message(), fmt.Sprintf("%s[%v]", p, k.Interface()))...)
-				return true
-			})
-		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			errs = append(errs, validateAnys(v.Message(), p)...)
-		}
-		return true
-	})
-	return errs
-}
-
 // validateRateLimits validates each rate_limits entry on its own: a MERGE
 // value is a fragment (a Route without match or cluster, a VirtualHost
 // without name or domains), so ValidateAll on the whole would report the
@@ -574,7 +533,7 @@ func validateRateLimits(rls []*routev3.RateLimit, path string) []error {
 		errs = append(errs, fmt.Errorf("%s: no rate_limits", path))
 	}
 	for i, rl := range rls {
-		errs = append(errs, validateMessage(rl, fmt.Sprintf("%s.rate_limits[%d]", path, i))...)
+		errs = append(errs, envoysim.ValidateDeep(rl, fmt.Sprintf("%s.rate_limits[%d]", path, i))...)
 	}
 	return errs
 }
@@ -594,7 +553,7 @@ func checkPatches(ex *example, svc service) []error {
 					errs = append(errs, fmt.Errorf("%s: %w", where, err))
 					continue
 				}
-				errs = append(errs, validateMessage(hf, where)...)
+				errs = append(errs, envoysim.ValidateDeep(hf, where)...)
 				rl := &ratelimitv3.RateLimit{}
 				if !hf.GetTypedConfig().MessageIs(rl) {
 					errs = append(errs, fmt.Errorf("%s: typed_config is %s, want %s", where, hf.GetTypedConfig().GetTypeUrl(), rl.ProtoReflect().Descriptor().FullName()))
@@ -612,7 +571,7 @@ func checkPatches(ex *example, svc service) []error {
 					errs = append(errs, fmt.Errorf("%s: %w", where, err))
 					continue
 				}
-				errs = append(errs, validateAnys(r.ProtoReflect(), where)...)
+				errs = append(errs, envoysim.ValidateAnys(r, where)...)
 				errs = append(errs, validateRateLimits(r.GetRoute().GetRateLimits(), where+": route")...)
 				rest := proto.CloneOf(r)
 				rest.GetRoute().RateLimits = nil
@@ -631,7 +590,7 @@ func checkPatches(ex *example, svc service) []error {
 					errs = append(errs, fmt.Errorf("%s: %w", where, err))
 					continue
 				}
-				errs = append(errs, validateAnys(vh.ProtoReflect(), where)...)
+				errs = append(errs, envoysim.ValidateAnys(vh, where)...)
 				errs = append(errs, validateRateLimits(vh.GetRateLimits(), where)...)
 			case "CLUSTER":
 				c := &clusterv3.Cluster{}
@@ -639,7 +598,7 @@ func checkPatches(ex *example, svc service) []error {
 					errs = append(errs, fmt.Errorf("%s: %w", where, err))
 					continue
 				}
-				errs = append(errs, validateMessage(c, where)...)
+				errs = append(errs, envoysim.ValidateDeep(c, where)...)
 			default:
 				errs = append(errs, fmt.Errorf("%s: applyTo %s is not checked; teach checkPatches about it", where, p.ApplyTo))
 			}
@@ -743,66 +702,6 @@ func checkWiring(ex *example) []error {
 	return errs
 }
 
-// request is a simulated downstream request.
-type request struct {
-	path    string
-	headers map[string]string
-}
-
-func (r request) header(name string) (string, bool) {
-	switch name {
-	case ":path":
-		return r.path, true
-	case ":method":
-		return "GET", true
-	}
-	v, ok := r.headers[strings.ToLower(name)]
-	return v, ok
-}
-
-func (r request) String() string {
-	var b strings.Builder
-	b.WriteString("GET " + r.path)
-	for _, k := range slices.Sorted(maps.Keys(r.headers)) {
-		fmt.Fprintf(&b, " %s:%s", k, r.headers[k])
-	}
-	return b.String()
-}
-
-// entry is a descriptor entry with where its value came from.
-type entry struct {
-	descriptors.Entry
-	source string // "" for a fixed value, else a header name or "client address"
-}
-
-// sent is one descriptor the gateway sends for a request.
-type sent struct {
-	req     request
-	route   string
-	domain  string
-	entries []entry
-}
-
-func (s sent) shape() string {
-	parts := make([]string, len(s.entries))
-	for i, e := range s.entries {
-		v := e.Value
-		if e.source != "" {
-			v = "<" + e.source + ">"
-		}
-		parts[i] = e.Key + "=" + v
-	}
-	return s.domain + " [" + strings.Join(parts, ", ") + "]"
-}
-
-func formatEntries(es []entry) string {
-	parts := make([]string, len(es))
-	for i, e := range es {
-		parts[i] = e.Key + "=" + e.Value
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
 // gatewayConfig is the gateway's view: the filter's domain, and the rate
 // limits of each route by name.
 type gatewayConfig struct {
@@ -849,7 +748,7 @@ func parseGateway(ex *example) (*gatewayConfig, error) {
 // paths the routes and actions name, each with every combination of the
 // headers they match on or read. It returns every descriptor sent, and an
 // error for a route no sample reaches.
-func simulate(ex *example) ([]sent, []error) {
+func simulate(ex *example) ([]envoysim.Descriptor, []error) {
 	g, err := parseGateway(ex)
 	if err != nil {
 		return nil, []error{err}
@@ -889,25 +788,17 @@ func simulate(ex *example) ([]sent, []error) {
 		}
 	}
 	headerNames := slices.Sorted(maps.Keys(names))
-	var out []sent
+	var out []envoysim.Descriptor
 	var errs []error
 	reached := map[string]bool{}
-	for _, p := range slices.Sorted(maps.Keys(paths)) {
-		for set := range 1 << len(headerNames) {
-			req := request{path: p, headers: map[string]string{}}
-			for i, n := range headerNames {
-				if set&(1<<i) != 0 {
-					req.headers[n] = cmp.Or(sampleHeaders[n], "sample-"+n)
-				}
-			}
-			name, ds, err := route(ex, g, req)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			reached[name] = true
-			out = append(out, ds...)
+	for _, req := range envoysim.SampleRequests(newRequest("", nil), slices.Sorted(maps.Keys(paths)), headerNames, sampleHeaders) {
+		name, ds, err := route(ex, g, req)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		reached[name] = true
+		out = append(out, ds...)
 	}
 	for _, vs := range ex.vss {
 		for _, r := range vs.Spec.HTTP {
@@ -920,7 +811,7 @@ func simulate(ex *example) ([]sent, []error) {
 }
 
 // sendFor returns the descriptors the gateway sends for req.
-func sendFor(ex *example, req request) ([]sent, error) {
+func sendFor(ex *example, req envoysim.Request) ([]envoysim.Descriptor, error) {
 	g, err := parseGateway(ex)
 	if err != nil {
 		return nil, err
@@ -931,7 +822,7 @@ func sendFor(ex *example, req request) ([]sent, error) {
 
 // route finds the VirtualService route Istio picks for req ("" if none)
 // and the descriptors the filter sends for it.
-func route(ex *example, g *gatewayConfig, req request) (string, []sent, error) {
+func route(ex *example, g *gatewayConfig, req envoysim.Request) (string, []envoysim.Descriptor, error) {
 	for _, vs := range ex.vss {
 		for _, r := range vs.Spec.HTTP {
 			ok, err := vsMatches(r, req)
@@ -941,17 +832,17 @@ func route(ex *example, g *gatewayConfig, req request) (string, []sent, error) {
 			if !ok {
 				continue
 			}
-			var out []sent
+			var out []envoysim.Descriptor
 			for i, lim := range g.limits[r.Name] {
 				if lim.GetStage().GetValue() != 0 || lim.GetLimit() != nil {
 					return "", nil, fmt.Errorf("route %q: rate_limits[%d]: stage and limit are not simulated", r.Name, i)
 				}
-				es, ok, err := entries(lim.GetActions(), req)
+				es, ok, err := envoysim.Entries(lim.GetActions(), req)
 				if err != nil {
 					return "", nil, fmt.Errorf("route %q: rate_limits[%d]: %w", r.Name, i, err)
 				}
 				if ok && len(es) > 0 {
-					out = append(out, sent{req: req, route: r.Name, domain: g.domain, entries: es})
+					out = append(out, envoysim.Descriptor{Req: req, Route: r.Name, Domain: g.domain, Entries: es})
 				}
 			}
 			return r.Name, out, nil
@@ -962,24 +853,24 @@ func route(ex *example, g *gatewayConfig, req request) (string, []sent, error) {
 
 // vsMatches reports whether an Istio HTTP route matches req: any of its
 // match blocks (none matches everything), each an AND of its conditions.
-func vsMatches(r httpRoute, req request) (bool, error) {
+func vsMatches(r httpRoute, req envoysim.Request) (bool, error) {
 	if len(r.Match) == 0 {
 		return true, nil
 	}
 	for _, m := range r.Match {
-		ok := m.URI == nil || strings.HasPrefix(req.path, m.URI.Prefix)
+		ok := m.URI == nil || strings.HasPrefix(req.Path, m.URI.Prefix)
 		for name, sm := range m.Headers {
 			if sm.Exact != nil || sm.Prefix != nil || sm.Regex != nil {
 				return false, fmt.Errorf("header %s: only {} (present) is simulated", name)
 			}
-			_, present := req.header(name)
+			_, present := req.Header(name)
 			ok = ok && present
 		}
 		for name, sm := range m.WithoutHeaders {
 			if sm.Exact != nil || sm.Prefix != nil || sm.Regex != nil {
 				return false, fmt.Errorf("withoutHeaders %s: only {} (present) is simulated", name)
 			}
-			_, present := req.header(name)
+			_, present := req.Header(name)
 			ok = ok && !present
 		}
 		if ok {
@@ -987,112 +878,4 @@ func vsMatches(r httpRoute, req request) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// entries returns the entries one rate_limits element produces for req, in
-// action order, and false when Envoy would send no descriptor for it.
-func entries(actions []*routev3.RateLimit_Action, req request) ([]entry, bool, error) {
-	var out []entry
-	for i, a := range actions {
-		switch {
-		case a.GetRequestHeaders() != nil:
-			rh := a.GetRequestHeaders()
-			v, ok := req.header(rh.GetHeaderName())
-			if !ok {
-				if rh.GetSkipIfAbsent() {
-					continue
-				}
-				return nil, false, nil
-			}
-			out = append(out, entry{descriptors.Entry{Key: rh.GetDescriptorKey(), Value: v}, rh.GetHeaderName()})
-		case a.GetRemoteAddress() != nil:
-			out = append(out, entry{descriptors.Entry{Key: "remote_address", Value: clientAddress}, "client address"})
-		case a.GetGenericKey() != nil:
-			gk := a.GetGenericKey()
-			out = append(out, entry{descriptors.Entry{Key: cmp.Or(gk.GetDescriptorKey(), "generic_key"), Value: gk.GetDescriptorValue()}, ""})
-		case a.GetHeaderValueMatch() != nil:
-			hv := a.GetHeaderValueMatch()
-			m, err := headersMatch(hv.GetHeaders(), req)
-			if err != nil {
-				return nil, false, fmt.Errorf("actions[%d]: %w", i, err)
-			}
-			if expect := hv.GetExpectMatch() == nil || hv.GetExpectMatch().GetValue(); m != expect {
-				return nil, false, nil
-			}
-			out = append(out, entry{descriptors.Entry{Key: cmp.Or(hv.GetDescriptorKey(), "header_match"), Value: hv.GetDescriptorValue()}, ""})
-		default:
-			return nil, false, fmt.Errorf("actions[%d]: action %T is not simulated; teach entries() about it", i, a.GetActionSpecifier())
-		}
-	}
-	return out, true, nil
-}
-
-// headersMatch reports whether every matcher matches req.
-func headersMatch(hms []*routev3.HeaderMatcher, req request) (bool, error) {
-	for _, hm := range hms {
-		v, present := req.header(hm.GetName())
-		var m bool
-		switch spec := hm.GetHeaderMatchSpecifier().(type) {
-		case *routev3.HeaderMatcher_PresentMatch:
-			m = present == spec.PresentMatch
-		case *routev3.HeaderMatcher_StringMatch:
-			switch p := spec.StringMatch.GetMatchPattern().(type) {
-			case *matcherv3.StringMatcher_Exact:
-				m = present && v == p.Exact
-			case *matcherv3.StringMatcher_Prefix:
-				m = present && strings.HasPrefix(v, p.Prefix)
-			case *matcherv3.StringMatcher_SafeRegex:
-				// Envoy's safe_regex is RE2 and must match the whole value;
-				// Go's regexp is RE2 too.
-				re, err := regexp.Compile(`^(?:` + p.SafeRegex.GetRegex() + `)$`)
-				if err != nil {
-					return false, fmt.Errorf("header %s: %w", hm.GetName(), err)
-				}
-				m = present && re.MatchString(v)
-			default:
-				return false, fmt.Errorf("header %s: string matcher %T is not simulated", hm.GetName(), p)
-			}
-			if spec.StringMatch.GetIgnoreCase() {
-				return false, fmt.Errorf("header %s: ignore_case is not simulated", hm.GetName())
-			}
-		default:
-			return false, fmt.Errorf("header %s: matcher %T is not simulated", hm.GetName(), spec)
-		}
-		if hm.GetInvertMatch() {
-			m = !m
-		}
-		if !m {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// matchConfig reports every sent descriptor that cfg has no rule for, or
-// whose rule neither limits it nor is unlimited (a node without
-// rate_limit: Sluice would answer OK and count nothing, which here means
-// the actions and the config disagree).
-func matchConfig(cfg *descriptors.Config, all []sent) []error {
-	var errs []error
-	seen := map[string]bool{}
-	for _, s := range all {
-		es := make([]descriptors.Entry, len(s.entries))
-		for i, e := range s.entries {
-			es[i] = e.Entry
-		}
-		var msg string
-		switch rule := cfg.Match(s.domain, es); {
-		case rule == nil:
-			msg = fmt.Sprintf("domain %q: %s matches no rule in the ConfigMap's config", s.domain, formatEntries(s.entries))
-		case rule.Limit == nil && !rule.Unlimited:
-			msg = fmt.Sprintf("domain %q: %s matches rule %s (%s:%d), which has no rate_limit", s.domain, formatEntries(s.entries), rule.FullKey, rule.File, rule.Line)
-		default:
-			continue
-		}
-		if !seen[msg] {
-			seen[msg] = true
-			errs = append(errs, fmt.Errorf("route %q, %s: %s", s.route, s.req, msg))
-		}
-	}
-	return errs
 }
