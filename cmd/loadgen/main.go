@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -182,6 +183,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("-hot-keys %d: want >= 1 with -over-share", o.HotKeys)
 	case o.Domain == "":
 		return errors.New("-domain: want a domain")
+	case o.HitsAddend > math.MaxUint32:
+		return fmt.Errorf("-hits-addend %d: want at most %d (hits_addend is a uint32)", o.HitsAddend, uint32(math.MaxUint32))
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ func TestParseOptionsRefuses(t *testing.T) {
 		{"over share above 1", []string{"-over-share", "1.5"}, "-over-share"},
 		{"over share without hot keys", []string{"-over-share", "0.5", "-hot-keys", "0"}, "-hot-keys"},
 		{"empty domain", []string{"-domain", ""}, "-domain"},
+		{"hits addend over uint32", []string{"-hits-addend", "4294967296"}, "-hits-addend"},
 		{"empty entry keys", []string{"-entry-keys", " , "}, "-entry-keys"},
 		{"argument", []string{"extra"}, "unexpected argument"},
 	} {
