@@ -76,8 +76,15 @@ func (w *worker) fill() {
 
 // call sends the current request; it records the outcome and the latency
 // since due when measure is true.
+//
+// The call's deadline is callTimeout alone, not the end of the run: a call
+// sent in the last milliseconds of a run would otherwise carry a tiny
+// grpc-timeout, which the server can see expire before the client does, and
+// fail fast in a loop, counting thousands of DeadlineExceeded that say
+// nothing about the server. A call in flight at the end finishes (calls
+// take milliseconds); the run then ends.
 func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	resp, err := w.client.ShouldRateLimit(cctx, w.req)
 	cancel()
 	lat := time.Since(due)
