@@ -9,9 +9,9 @@ FUZZTIME ?= 10s
 test: deps vet unit fuzz
 
 deps:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
-		echo "installing redis-server and redis-tools (needed by the Redis and integration tests)"; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v docker-compose >/dev/null || { \
+		echo "installing redis-server, redis-tools (Redis and integration tests) and docker-compose (compose file check)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-tools docker-compose >/dev/null; }
 	@redis-server --version
 
 vet:

@@ -665,3 +665,16 @@ func TestDockerfile(t *testing.T) {
 		}
 	})
 }
+
+// TestComposeConfig runs docker-compose's own validation of
+// docker-compose.yml (it needs no Docker engine).
+func TestComposeConfig(t *testing.T) {
+	bin, err := exec.LookPath("docker-compose")
+	if err != nil {
+		t.Fatal("docker-compose not found: run 'make test' (it installs it) or 'apt-get install docker-compose'")
+	}
+	cmd := exec.Command(bin, "-f", filepath.Join(repoRoot, "docker-compose.yml"), "config", "-q")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	}
+}
