@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +32,9 @@ type configState struct {
 
 	reloads *prometheus.CounterVec // result: ok, error
 	lastOK  prometheus.Gauge
+
+	fp    [sha256.Size]byte // fingerprint of the files last loaded
+	fpSet bool
 }
 
 func newConfigState(reg prometheus.Registerer) *configState {
@@ -45,16 +51,25 @@ func newConfigState(reg prometheus.Registerer) *configState {
 // load loads path and, if it is valid, makes it svc's config. A bad config
 // keeps the one in force; its errors are logged and kept for /config.
 func (cs *configState) load(path string, svc *rls.Service, log *zap.Logger) bool {
-	cfg, err := descriptors.Load(path)
+	fp := fingerprint(path)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	if cs.fpSet && fp == cs.fp {
+		return false // an event that changed no config file (a log file beside it, a touch)
+	}
+	cs.fp, cs.fpSet = fp, true
+	cfg, err := descriptors.Load(path)
 	if err != nil {
 		cs.reloads.WithLabelValues("error").Inc()
 		cs.lastOK.Set(0)
 		cs.lastErr = cs.lastErr[:0]
+		msg := "config error, keeping the config in force"
+		if svc.Config() == nil {
+			msg = "config error, no config in force"
+		}
 		for _, e := range unjoin(err) {
 			cs.lastErr = append(cs.lastErr, e.Error())
-			log.Error("config error, keeping the config in force", zap.String("config_file", path), zap.Error(e))
+			log.Error(msg, zap.String("config_file", path), zap.Error(e))
 		}
 		cs.errAt = time.Now()
 		return false
@@ -74,6 +89,38 @@ func (cs *configState) load(path string, svc *rls.Service, log *zap.Logger) bool
 	cs.lastErr = nil
 	log.Info("config loaded", zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains())))
 	return true
+}
+
+// fingerprint hashes what a load of path would read: the YAML files of the
+// directory (dotfiles skipped, symlinks followed) or the file, names and
+// contents. Unreadable files hash their error, so a change there counts.
+func fingerprint(path string) [sha256.Size]byte {
+	h := sha256.New()
+	add := func(name string) {
+		data, err := os.ReadFile(name)
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
+		h.Write(data)
+		if err != nil {
+			fmt.Fprintf(h, "error %v\x00", err)
+		}
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			fmt.Fprintf(h, "error %v", err)
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if ext := filepath.Ext(n); !strings.HasPrefix(n, ".") && (ext == ".yaml" || ext == ".yml") {
+				add(filepath.Join(path, n))
+			}
+		}
+	} else {
+		add(path)
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
 }
 
 // ServeHTTP answers /config: the config in force (its files, domains and
@@ -131,6 +178,15 @@ func watchConfig(ctx context.Context, path string, debounce time.Duration, reloa
 			}
 		}
 	}
+	// In the directory holding the config, only the config itself and
+	// Kubernetes' ..data links matter; a log file written there must not
+	// trigger reloads. Every reload is also skipped when no config file
+	// changed (see fingerprint).
+	parent := filepath.Dir(filepath.Clean(path))
+	relevant := func(name string) bool {
+		name = filepath.Clean(name)
+		return filepath.Dir(name) != parent || name == filepath.Clean(path) || strings.HasPrefix(filepath.Base(name), "..")
+	}
 	if err := w.Add(filepath.Dir(path)); err != nil {
 		return err
 	}
@@ -147,7 +203,7 @@ func watchConfig(ctx context.Context, path string, debounce time.Duration, reloa
 			if !ok {
 				return nil
 			}
-			if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) {
+			if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) || !relevant(ev.Name) {
 				continue
 			}
 			timer.Reset(debounce)

@@ -211,3 +211,42 @@ func TestStartWithoutValidConfig(t *testing.T) {
 	write(t, file, limitConfig(5))
 	eventually(t, c, 5, "first good config")
 }
+
+// TestReloadIgnoresUnrelatedFiles: a log file written beside the config
+// directory, or a file in it that is not YAML, reloads nothing.
+func TestReloadIgnoresUnrelatedFiles(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "cfg")
+	os.MkdirAll(dir, 0o755)
+	write(t, filepath.Join(dir, "reload.yaml"), limitConfig(5))
+	srv, c := runAt(t, dir)
+	eventually(t, c, 5, "initial")
+	for i := range 20 {
+		write(t, filepath.Join(root, "sluice.log"), strings.Repeat("x", i))
+		write(t, filepath.Join(dir, "notes.txt"), strings.Repeat("y", i))
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	resp, err := http.Get("http://" + srv.httpLn.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `sluice_config_loads_total{result="ok"} 1`+"\n") {
+		t.Errorf("unrelated writes reloaded the config:\n%s", grepLines(string(body), "sluice_config_loads_total"))
+	}
+	// A real change still reloads.
+	write(t, filepath.Join(dir, "reload.yaml"), limitConfig(6))
+	eventually(t, c, 6, "real change")
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
