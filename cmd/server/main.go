@@ -83,8 +83,15 @@ func check(paths []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
-	fmt.Fprintf(stdout, "ok: %d domains in %d files\n", len(cfg.Domains()), len(cfg.Files))
+	fmt.Fprintf(stdout, "ok: %s in %s\n", plural(len(cfg.Domains()), "domain"), plural(len(cfg.Files), "file"))
 	return 0
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // unjoin splits an errors.Join into its errors.
@@ -113,6 +120,7 @@ func newLogger(s *settings, stderr io.Writer) (*zap.Logger, error) {
 	}
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	ec.EncodeDuration = zapcore.StringDurationEncoder
 	var enc zapcore.Encoder
 	if format == "console" {
 		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder

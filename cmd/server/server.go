@@ -200,7 +200,7 @@ func (srv *server) notReady(ctx context.Context) string {
 		return "shutting down"
 	case srv.svc.Config() == nil:
 		return "no config loaded"
-	case srv.ping != nil:
+	case srv.ping != nil && srv.set.ReadyNeedsStore:
 		if err := srv.ping(ctx); err != nil {
 			return "store unreachable: " + err.Error()
 		}

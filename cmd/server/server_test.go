@@ -243,6 +243,9 @@ func TestHealthReflectionAndHTTP(t *testing.T) {
 		if resp.StatusCode != want || !strings.Contains(string(out), `"overallCode"`) {
 			t.Fatalf("POST /json call %d: %d %s, want %d", i, resp.StatusCode, out, want)
 		}
+		if i == 11 && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("POST /json 429 without a Retry-After header: %v", resp.Header)
+		}
 	}
 	resp, err := http.Post(base+"/json", "application/json", strings.NewReader(`{"domain":""}`))
 	if err != nil {
@@ -340,14 +343,34 @@ func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
 	}
 }
 
+// TestReadinessAndStore: with the store unreachable /readyz is 503, unless
+// --ready-requires-store=false (domains then answer by failure_mode).
+func TestReadinessAndStore(t *testing.T) {
+	dead := "redis://127.0.0.1:1/0" // nothing listens on port 1
+	for _, tc := range []struct {
+		flag string
+		want int
+	}{{"--ready-requires-store=true", 503}, {"--ready-requires-store=false", 200}} {
+		srv, _, _ := startServer(t, "--redis-url", dead, tc.flag)
+		resp, err := http.Get("http://" + srv.httpLn.Addr().String() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: /readyz = %d, want %d", tc.flag, resp.StatusCode, tc.want)
+		}
+	}
+}
+
 func TestSettings(t *testing.T) {
-	env := map[string]string{"SLUICE_GRPC_ADDR": ":9000", "SLUICE_RESPONSE_HEADERS": "compat", "SLUICE_STORE_TIMEOUT": "5ms"}
+	env := map[string]string{"SLUICE_GRPC_ADDR": ":9000", "SLUICE_RESPONSE_HEADERS": "compat", "SLUICE_STORE_TIMEOUT": "5ms", "SLUICE_VERSION": "1.2.3"}
 	getenv := func(k string) string { return env[k] }
 	s, err := parseSettings([]string{"--grpc-addr", ":9001"}, getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.GRPCAddr != ":9001" || s.HTTPAddr != ":8080" || s.ResponseHeaders != "compat" || s.StoreTimeout != 5*time.Millisecond || s.Config != "config" {
+	if s.GRPCAddr != ":9001" || s.HTTPAddr != ":8080" || s.ResponseHeaders != "compat" || s.StoreTimeout != 5*time.Millisecond || s.Config != "config" || s.Version {
 		t.Errorf("settings = %+v", s)
 	}
 	for _, tc := range []struct {
@@ -361,6 +384,7 @@ func TestSettings(t *testing.T) {
 		{[]string{"--max-descriptors", "0"}, nil, `--max-descriptors: 0 must be at least 1`},
 		{nil, map[string]string{"SLUICE_STORE_TIMEOUT": "soon"}, `SLUICE_STORE_TIMEOUT="soon": time: invalid duration "soon"`},
 		{[]string{"serve"}, nil, `unexpected argument "serve" (did you mean 'sluice check serve'?)`},
+		{[]string{"--store-timeout", "fast"}, nil, `invalid value "fast" for flag -store-timeout: parse error (sluice --help lists the flags)`},
 	} {
 		_, err := parseSettings(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		if err == nil || err.Error() != tc.want {
@@ -388,7 +412,7 @@ func TestCheckCommand(t *testing.T) {
 	if code := cli([]string{"check", "../../config"}, &out, &errOut, func(string) string { return "" }); code != 0 {
 		t.Fatalf("check config = %d, stderr %s", code, errOut.String())
 	}
-	if got := out.String(); got != fmt.Sprintf("ok: 1 domains in 1 files\n") {
+	if got := out.String(); got != "ok: 1 domain in 1 file\n" {
 		t.Errorf("check output %q", got)
 	}
 }

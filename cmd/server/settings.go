@@ -53,6 +53,7 @@ type settings struct {
 	MaxEntries      int
 	MaxKeyBytes     int
 	Version         bool
+	ReadyNeedsStore bool
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 
@@ -107,7 +108,8 @@ func (s *settings) table() []setting {
 		{"max-descriptors", "most descriptors in one request", strconv.Itoa(rls.DefaultMaxDescriptors), &s.MaxDescriptors},
 		{"max-entries", "most entries in one descriptor", strconv.Itoa(rls.DefaultMaxEntries), &s.MaxEntries},
 		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
-		{"version", "print the version and exit", "false", &s.Version},
+		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
+		{"version", "print the version and exit (no environment twin)", "false", &s.Version},
 	}
 }
 
@@ -121,11 +123,11 @@ func envName(flagName string) string {
 func parseSettings(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
 	s := &settings{}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned; --help prints below
 	tab := s.table()
 	for _, t := range tab {
 		def := t.def
-		if v := getenv(envName(t.name)); v != "" {
+		if v := getenv(envName(t.name)); v != "" && t.name != "version" {
 			def = v
 		}
 		usage := fmt.Sprintf("%s (env %s)", t.usage, envName(t.name))
@@ -153,15 +155,15 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 			return nil, fmt.Errorf("%s=%q: %v", envName(t.name), def, err)
 		}
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: sluice [flags]\n       sluice check PATH...\n\nflags:\n")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // a bad flag prints its error only; --help prints the flags
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: sluice [flags]\n       sluice check PATH...\n\nflags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
 			return nil, flagErrHelp
 		}
-		return nil, err
+		return nil, fmt.Errorf("%v (sluice --help lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (did you mean 'sluice check %s'?)", fs.Arg(0), fs.Arg(0))

@@ -93,7 +93,7 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 	if ok && now.Before(d.until) {
 		c.mu.Unlock()
 		c.hits.Add(1)
-		elapsed := now.Sub(d.at)
+		elapsed := now.Sub(d.at).Truncate(time.Millisecond) // Results are whole ms
 		out := make([]Result, len(d.results))
 		for i, r := range d.results {
 			r.ResetAfter = max(r.ResetAfter-elapsed, 0)

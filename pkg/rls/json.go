@@ -16,7 +16,8 @@ const MaxJSONBytes = 1 << 20
 
 // JSONHandler returns the HTTP twin of ShouldRateLimit, as envoyproxy/ratelimit
 // serves it on /json: POST a RateLimitRequest in protojson, get the
-// RateLimitResponse in protojson with status 200 (OK) or 429 (OVER_LIMIT).
+// RateLimitResponse in protojson with status 200 (OK) or 429 (OVER_LIMIT),
+// and the response_headers_to_add as HTTP headers.
 // Errors: 405 for a method other than POST, 413 for a body over MaxJSONBytes,
 // 400 for a body that is not a RateLimitRequest or is INVALID_ARGUMENT, 503
 // when the store fails under FailureModeError; the body then holds the
@@ -62,6 +63,13 @@ func (s *Service) JSONHandler() http.Handler {
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
+		}
+		// The headers Envoy would add go on the HTTP answer too (Retry-After,
+		// RateLimit...), so a plain HTTP client sees what Envoy's would.
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if h.GetKey() != "Content-Type" {
+				w.Header().Add(h.GetKey(), h.GetValue())
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {

@@ -267,6 +267,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 	dom := cfg.Domain(req.GetDomain())
 	if dom == nil {
+		// Not an error (envoyproxy/ratelimit answers OK too), but a domain
+		// misspelt in Envoy's config would otherwise never show.
+		if ce := s.log.Check(zap.DebugLevel, "unknown domain, no limits apply"); ce != nil {
+			ce.Write(zap.String("domain", req.GetDomain()))
+		}
 		return resp, nil
 	}
 
