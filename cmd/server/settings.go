@@ -85,7 +85,7 @@ func (s *settings) table() []setting {
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
 		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
-		{"redis-pool-size", "connections per Redis node (0: 10 per CPU)", "0", &s.RedisPoolSize},
+		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); size it to the decisions in flight (decisions/s × latency)", "0", &s.RedisPoolSize},
 		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
 		{"redis-read-timeout", "timeout of one Redis socket read", "500ms", &s.RedisRead},
 		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
