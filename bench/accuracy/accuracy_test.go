@@ -1,29 +1,12 @@
 package accuracy
 
 import (
-	"flag"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
-
-var reportRequests = flag.Int64("accuracy.requests", 1_000_000, "requests in TestAccuracyReport's trace")
-
-// TestAccuracyReport prints the full report:
-//
-//	go test -run TestAccuracyReport -v ./bench/accuracy -args -accuracy.requests=10000000
-func TestAccuracyReport(t *testing.T) {
-	if testing.Short() || !testing.Verbose() {
-		t.Skip("prints a report: run with -v (replays -accuracy.requests requests)")
-	}
-	r := Replay(TraceOptions{Seed: 1, Requests: *reportRequests})
-	if testing.Verbose() {
-		r.WriteText(os.Stdout)
-	}
-}
 
 // TestAccuracyBounds replays a smaller trace and bounds the counter's error.
 //

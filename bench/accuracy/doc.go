@@ -30,6 +30,4 @@
 // service. Run the full report with
 //
 //	go run ./bench/accuracy/cmd -requests 10000000
-//
-// or go test -run TestAccuracyReport -v ./bench/accuracy.
 package accuracy

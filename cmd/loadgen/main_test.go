@@ -139,9 +139,6 @@ func startSluice(t *testing.T) string {
 }
 
 func TestRunAgainstServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs cmd/server")
-	}
 	addr := startSluice(t)
 	for _, tc := range []struct {
 		name     string
