@@ -67,7 +67,7 @@ func (h HeaderSet) String() string {
 // RateLimit field reports is, on a denial, the denying limit with the longest
 // RetryAfter, else the limit with the least remaining; shadow-mode limits are
 // never shown.
-func (s *Service) addHeaders(cfg *descriptors.Config, resp *rlsv3.RateLimitResponse, vs []verdict, results []limiter.Result, over bool, retry time.Duration) {
+func (s *Service) addHeaders(cfg *descriptors.Config, resp *rlsv3.RateLimitResponse, vs []verdict, results []limiter.Result, over bool, retry time.Duration, exceeds bool) {
 	if s.opts.Headers == 0 {
 		return
 	}
@@ -117,7 +117,12 @@ func (s *Service) addHeaders(cfg *descriptors.Config, resp *rlsv3.RateLimitRespo
 		secs := max(ceilSeconds(retry), 1)
 		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 		if s.opts.RawBody {
-			resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d}`, secs)
+			if exceeds {
+				// No wait will admit this request: say so to the client.
+				resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d,"exceeds_limit":true}`, secs)
+			} else {
+				resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d}`, secs)
+			}
 			hs = append(hs, &corev3.HeaderValue{Key: "Content-Type", Value: "application/json"})
 		}
 	}

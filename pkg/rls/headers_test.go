@@ -51,6 +51,7 @@ func TestHeadersGolden(t *testing.T) {
 		{name: "shadow_and_limit", headers: "draft", req: request(desc("shadow", "s"), key)},
 		{name: "no_limit_matched", headers: "draft,compat", req: request(desc("nothing", "x"))},
 		{name: "zero_limit", headers: "draft", req: request(desc("zero", "z"))},
+		{name: "hits_over_limit_raw_body", headers: "draft", rawBody: true, req: func() *rlsv3.RateLimitRequest { r := request(desc("api_key", "big")); r.HitsAddend = 4; return r }()},
 		{name: "hits_over_limit", headers: "draft", req: func() *rlsv3.RateLimitRequest { r := request(desc("api_key", "big")); r.HitsAddend = 4; return r }()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -381,6 +381,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 
 	var denyRetry time.Duration
+	exceeds := false
 	for i, v := range vs {
 		st := resp.Statuses[i]
 		if v.hit < 0 {
@@ -395,6 +396,16 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			denyRetry = max(denyRetry, r.RetryAfter)
+			if r.ExceedsLimit {
+				// More hits than the limit allows in a whole window: no wait
+				// admits them. Retry-After is one window; the raw body and
+				// this line say so.
+				exceeds = true
+				if ce := s.log.Check(zap.DebugLevel, "hits exceed the limit itself"); ce != nil {
+					ce.Write(zap.String("domain", dom.Name), zap.Int("descriptor", i), zap.Uint64("hits_addend", hits[v.hit].Hits),
+						zap.Uint64("requests_per_unit", hits[v.hit].Limit.Requests))
+				}
+			}
 		}
 		if m := s.opts.Metrics; m != nil {
 			m.observe(dom.Name, ruleLabel(dom.Name, &v, ds[i]), hits[v.hit].Hits, r.Allowed, v.shadow, r.Remaining, hits[v.hit].Limit.Requests)
@@ -405,7 +416,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 				zap.Bool("shadow_mode", hits[v.hit].Shadow && !v.quota), zap.Uint64("hits_addend", hits[v.hit].Hits))
 		}
 	}
-	s.addHeaders(cfg, resp, vs, results, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, denyRetry)
+	s.addHeaders(cfg, resp, vs, results, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, denyRetry, exceeds)
 	if s.opts.DynamicMetadata && resp.OverallCode == rlsv3.RateLimitResponse_OK {
 		resp.DynamicMetadata = dynamicMetadata(vs)
 	}
