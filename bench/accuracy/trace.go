@@ -31,6 +31,7 @@ const (
 	numKinds
 )
 
+// String returns the kind's name as the report prints it ("steady", "bursty", ...).
 func (k Kind) String() string {
 	switch k {
 	case Steady:
