@@ -30,3 +30,19 @@ func TestClockStepBackKeepsCounters(t *testing.T) {
 		t.Errorf("counter changed to %+v, want %+v kept", next[0], c[0])
 	}
 }
+
+// TestSharedCounterDecidedWithItsGrowth: hits on one counter are decided with
+// the growth the counter takes (the largest Hits among them), so a small
+// enforced hit cannot let a larger shadow hit push the count over its limit.
+func TestSharedCounterDecidedWithItsGrowth(t *testing.T) {
+	l := limiter.Limit{Requests: 10, Window: time.Minute}
+	c := []limiter.Counter{{Index: 30_000_000 / 60, Cur: 9}, {Index: 30_000_000 / 60, Cur: 9}}
+	hits := []limiter.Hit{{Key: "k", Limit: l, Hits: 1}, {Key: "k", Limit: l, Hits: 5, Shadow: true}}
+	r, next, ok := limiter.Evaluate(30_000_000, hits, c)
+	if ok || r[0].Allowed {
+		t.Errorf("admitted %+v (counter would go to %d on a limit of 10)", r[0], next[0].Cur)
+	}
+	if next[0].Cur != 9 {
+		t.Errorf("counter %d after a denial, want 9", next[0].Cur)
+	}
+}

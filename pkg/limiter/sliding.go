@@ -44,7 +44,9 @@ func (c Counter) roll(index int64) Counter {
 // hit's counter, and whether the request is admitted: every enforced hit is
 // Allowed. Only an admitted request changes a counter: each counter grows by
 // the largest Hits among its non-refund hits and shrinks by the largest
-// among its refunds, never below zero, saturating at MaxCount.
+// among its refunds, never below zero, saturating at MaxCount. Every hit is
+// decided with the growth its counter takes (that largest Hits), each
+// against its own limit.
 //
 // The arithmetic is done in float64 in the same order as the Lua script, so
 // both agree bit for bit; it is exact while limit*window_ms and
@@ -92,6 +94,22 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 	sc.leader = groupLeaders(hits, grow(sc.leader, len(hits)))
 	leader := sc.leader
 
+	// Each counter grows by the largest Hits among its non-refund hits and
+	// shrinks by the largest refund; every hit is decided with the growth
+	// its counter will really take, so a hit with fewer Hits (or a shadow
+	// hit with more) cannot let its limit be passed.
+	sc.inc = grow(sc.inc, len(hits))
+	sc.dec = grow(sc.dec, len(hits))
+	inc, dec := sc.inc, sc.dec
+	for i, h := range hits {
+		l := leader[i]
+		if h.Refund {
+			dec[l] = max(dec[l], h.Hits)
+		} else {
+			inc[l] = max(inc[l], h.Hits)
+		}
+	}
+
 	// Roll every counter into the current window and decide each hit.
 	admitted = true
 	for i, h := range hits {
@@ -106,7 +124,7 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 			results[i].Allowed = true
 			continue
 		}
-		ok, exceeds, retry := slidingDecide(c, h.Limit.Requests, w, elapsed(nowMs, w, c.Index), h.Hits)
+		ok, exceeds, retry := slidingDecide(c, h.Limit.Requests, w, elapsed(nowMs, w, c.Index), inc[leader[i]])
 		results[i] = Result{Allowed: ok, ExceedsLimit: exceeds, RetryAfter: time.Duration(retry) * time.Millisecond}
 		if !ok && !h.Shadow {
 			admitted = false
@@ -116,17 +134,6 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 	// Consume: one increment (the largest) and one refund (the largest) per
 	// counter, applied once to the group leader's state.
 	if admitted {
-		sc.inc = grow(sc.inc, len(hits))
-		sc.dec = grow(sc.dec, len(hits))
-		inc, dec := sc.inc, sc.dec
-		for i, h := range hits {
-			l := leader[i]
-			if h.Refund {
-				dec[l] = max(dec[l], h.Hits)
-			} else {
-				inc[l] = max(inc[l], h.Hits)
-			}
-		}
 		for i := range hits {
 			if leader[i] != i {
 				continue

@@ -18,8 +18,9 @@
 --   ARGV[2]   now in Unix ms, or "" to use Redis TIME (production: every
 --             service instance then agrees on one clock).
 --   ARGV[3..] five per hit: key index (1-based into KEYS), requests, window
---             ms, hits, flags (1 refund, 2 shadow, 4 exceeds: hits > requests,
---             compared in Go on uint64 because doubles cannot). Every hit on
+--             ms, hits, flags (1 refund, 2 shadow, 4 exceeds: the largest
+--             non-refund hits on that key > requests, compared in Go on
+--             uint64 because doubles cannot). Every hit on
 --             one key has the same window (the window is part of the key).
 --   Reply     {admitted (0/1), now_ms,
 --              then seven per hit: allowed (0/1), exceeds (0/1), retry_after_ms,
@@ -169,6 +170,17 @@ local hk, hL, hn, hrefund = {}, {}, {}, {}
 local allowed, exceeds, retry = {}, {}, {}
 local admitted = true
 
+-- Every hit is decided with the growth its counter will take: the largest
+-- hits among the non-refund hits on that counter (as limiter.Evaluate).
+local ginc = {}
+for h = 1, nh do
+  local b = 2 + (h - 1) * 5
+  if tonumber(ARGV[b + 5]) % 2 ~= 1 then
+    local k = tonumber(ARGV[b + 1])
+    ginc[k] = math.max(ginc[k] or 0, tonumber(ARGV[b + 4]))
+  end
+end
+
 for h = 1, nh do
   local b = 2 + (h - 1) * 5
   local k = tonumber(ARGV[b + 1])
@@ -206,6 +218,7 @@ for h = 1, nh do
     allowed[h], exceeds[h], retry[h] = false, true, w
   else
     -- slidingDecide: admit iff p*(W-E) + (c+n)*W <= L*W.
+    local n = ginc[k]
     local W, E = w, ke[k]
     local p, cur = rp[k], rc[k]
     exceeds[h] = false

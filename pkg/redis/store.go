@@ -247,8 +247,16 @@ func (s *Store) finishDenied(ctx context.Context, hits []limiter.Hit, groups []*
 func (s *Store) split(hits []limiter.Hit, now string) []*group {
 	var groups []*group
 	keyIndex := make(map[string]int, len(hits)) // key -> 1-based index in its group
+	keys := make([]string, len(hits))
+	inc := make(map[string]uint64, len(hits)) // key -> largest non-refund Hits: what the counter grows by
 	for i, h := range hits {
-		key := counterKey(s.prefix, h)
+		keys[i] = counterKey(s.prefix, h)
+		if !h.Refund {
+			inc[keys[i]] = max(inc[keys[i]], h.Hits)
+		}
+	}
+	for i, h := range hits {
+		key := keys[i]
 		sl := 0
 		if s.cluster {
 			sl = slot(key)
@@ -278,7 +286,7 @@ func (s *Store) split(hits []limiter.Hit, now string) []*group {
 		if h.Shadow {
 			flags |= 2
 		}
-		if !h.Refund && h.Hits > h.Limit.Requests {
+		if !h.Refund && inc[key] > h.Limit.Requests {
 			flags |= 4
 		}
 		g.hits = append(g.hits, i)
