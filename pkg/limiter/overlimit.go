@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +36,9 @@ type OverLimitOptions struct {
 // RetryAfter and ResetAfter lowered by the time elapsed since; the Remaining
 // of the hits that did not deny may be stale.
 //
-// Refunds raise what a counter admits, so a request holding a refund clears
-// the cache; a refund made through another instance is not seen, and a
+// Refunds raise what a counter admits, so a request holding a refund drops
+// the cached denials that touch a refunded counter (a scan of the cache:
+// refunds are rare next to decisions); a refund made through another instance is not seen, and a
 // cached denial can then outlive it by at most its RetryAfter. A changed limit
 // or a limit override is a different request and is never answered from a
 // denial under the old limit.
@@ -54,6 +56,7 @@ type cachedDenial struct {
 	at      time.Time
 	until   time.Time
 	results []Result
+	ids     []counterID // the counters of the request, for refunds
 }
 
 var _ Store = (*OverLimitCache)(nil)
@@ -76,13 +79,22 @@ func (c *OverLimitCache) Hits() int64 { return c.hits.Load() }
 // holds, and otherwise asks the wrapped Store, caching the answer when it is
 // a denial. Errors are the wrapped Store's.
 func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
-	refund := false
+	var refunded []counterID
 	for _, h := range hits {
-		refund = refund || h.Refund
+		if h.Refund {
+			refunded = append(refunded, idOf(h))
+		}
 	}
-	if refund {
+	if refunded != nil {
 		c.mu.Lock()
-		clear(c.m)
+		for sig, d := range c.m {
+			for _, id := range d.ids {
+				if slices.Contains(refunded, id) {
+					delete(c.m, sig)
+					break
+				}
+			}
+		}
 		c.mu.Unlock()
 		return c.store.Apply(ctx, hits)
 	}
@@ -139,10 +151,18 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 				break
 			}
 		}
-		c.m[sig] = cachedDenial{at: now, until: now.Add(until), results: append([]Result(nil), results...)}
+		ids := make([]counterID, len(hits))
+		for i, h := range hits {
+			ids[i] = idOf(h)
+		}
+		c.m[sig] = cachedDenial{at: now, until: now.Add(until), results: append([]Result(nil), results...), ids: ids}
 		c.mu.Unlock()
 	}
 	return results, nil
+}
+
+func idOf(h Hit) counterID {
+	return counterID{key: h.Key, window: h.Limit.Window.Milliseconds(), alg: h.Limit.Algorithm}
 }
 
 // signature identifies a request: every hit's counter, limit, hits and

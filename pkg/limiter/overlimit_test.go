@@ -120,7 +120,17 @@ func TestOverLimitCacheAbusiveClient(t *testing.T) {
 	if r, _ := c.Apply(context.Background(), hit); !r[0].Allowed {
 		t.Errorf("after RetryAfter: %+v, want allowed", r[0])
 	}
-	// A refund clears the cache.
+	// A refund of another counter keeps the cached denial of this one.
+	for range 20 {
+		c.Apply(context.Background(), hit)
+	}
+	before := inner.calls.Load()
+	c.Apply(context.Background(), []limiter.Hit{{Key: "other", Limit: hit[0].Limit, Hits: 1, Refund: true}})
+	c.Apply(context.Background(), hit)
+	if n := inner.calls.Load() - before; n != 1 {
+		t.Errorf("after a refund of another counter: %d store calls, want 1 (the refund only)", n)
+	}
+	// A refund of this counter drops it.
 	for range 3 {
 		c.Apply(context.Background(), hit)
 	}
