@@ -59,6 +59,10 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	srv.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
 		if err != nil {
+			// serve never ran: release what was acquired, listeners included.
+			if srv.grpcLn != nil {
+				srv.grpcLn.Close()
+			}
 			srv.close()
 		}
 	}()
@@ -316,7 +320,8 @@ func (srv *server) serve(ctx context.Context) error {
 	return err
 }
 
-// close releases the store and any listener that serve did not take over.
+// close releases the store. (The listeners belong to the gRPC and HTTP
+// servers once serve runs; newServer closes them on a failed start.)
 func (srv *server) close() {
 	if srv.closer != nil {
 		if err := srv.closer(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -451,4 +452,37 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestFailedStartReleasesListeners: when the HTTP address cannot be bound,
+// the gRPC listener already opened is closed again.
+func TestFailedStartReleasesListeners(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	grpcAddr := freeAddr(t)
+	s, err := parseSettings([]string{"--config", "../../config", "--grpc-addr", grpcAddr, "--http-addr", taken.Addr().String()},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(s, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--http-addr") {
+		t.Fatalf("newServer = %v, want an --http-addr error", err)
+	}
+	ln, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		t.Fatalf("gRPC address still held after a failed start: %v", err)
+	}
+	ln.Close()
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
