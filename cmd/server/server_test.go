@@ -383,7 +383,7 @@ func TestSettings(t *testing.T) {
 		{[]string{"--log-level", "loud"}, nil, `--log-level: unknown level "loud" (want debug, info, warn or error)`},
 		{[]string{"--failure-mode", "maybe"}, nil, `--failure-mode: unknown mode "maybe" (want error, allow or deny)`},
 		{[]string{"--max-descriptors", "0"}, nil, `--max-descriptors: 0 must be at least 1`},
-		{nil, map[string]string{"SLUICE_STORE_TIMEOUT": "soon"}, `SLUICE_STORE_TIMEOUT="soon": time: invalid duration "soon"`},
+		{nil, map[string]string{"SLUICE_STORE_TIMEOUT": "soon"}, `SLUICE_STORE_TIMEOUT="soon": want a duration such as 15ms or 2s`},
 		{[]string{"serve"}, nil, `unexpected argument "serve" (did you mean 'sluice check serve'?)`},
 		{[]string{"--store-timeout", "fast"}, nil, `invalid value "fast" for flag -store-timeout: parse error (sluice --help lists the flags)`},
 	} {

@@ -109,7 +109,7 @@ func (s *settings) table() []setting {
 		{"max-entries", "most entries in one descriptor", strconv.Itoa(rls.DefaultMaxEntries), &s.MaxEntries},
 		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
 		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
-		{"version", "print the version and exit (no environment twin)", "false", &s.Version},
+		{"version", "print the version and exit", "false", &s.Version},
 	}
 }
 
@@ -131,6 +131,9 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 			def = v
 		}
 		usage := fmt.Sprintf("%s (env %s)", t.usage, envName(t.name))
+		if t.name == "version" {
+			usage = t.usage
+		}
 		var err error
 		switch p := t.ptr.(type) {
 		case *string:
@@ -152,7 +155,12 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s=%q: %v", envName(t.name), def, err)
+			want := map[string]string{"bool": "true or false", "int": "a whole number", "duration": "a duration such as 15ms or 2s"}
+			kind := strings.TrimPrefix(fmt.Sprintf("%T", t.ptr), "*")
+			if kind == "time.Duration" {
+				kind = "duration"
+			}
+			return nil, fmt.Errorf("%s=%q: want %s", envName(t.name), def, want[kind])
 		}
 	}
 	fs.Usage = func() {} // a bad flag prints its error only; --help prints the flags
@@ -265,6 +273,10 @@ func writeTable(w io.Writer) {
 		if t.def == "" {
 			def = "(empty)"
 		}
-		fmt.Fprintf(w, "| `--%s` | `%s` | %s | %s |\n", t.name, envName(t.name), def, t.usage)
+		env := "`" + envName(t.name) + "`"
+		if t.name == "version" {
+			env = "(none)"
+		}
+		fmt.Fprintf(w, "| `--%s` | %s | %s | %s |\n", t.name, env, def, t.usage)
 	}
 }

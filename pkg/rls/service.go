@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
@@ -469,6 +470,11 @@ func (s *Service) failure(dom *descriptors.Domain, vs []verdict, resp *rlsv3.Rat
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		}
+	}
+	// A denial by failure mode still tells the client when to come back: the
+	// store's state is unknown, so the shortest useful wait, 1 s.
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.Headers != 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: "1"})
 	}
 	return resp, nil
 }

@@ -378,7 +378,7 @@ func TestFailureMode(t *testing.T) {
 		{FailureModeError, "", codes.Unavailable},
 	} {
 		t.Run("mode "+tc.mode, func(t *testing.T) {
-			s, _ := newTestService(t, Options{Store: failingStore{}, FailureMode: tc.mode})
+			s, _ := newTestService(t, Options{Store: failingStore{}, FailureMode: tc.mode, Headers: HeadersDraft})
 			resp, err := s.ShouldRateLimit(context.Background(), request(desc("api_key", "a"), desc("nothing", "x")))
 			if status.Code(err) != tc.wantCode {
 				t.Fatalf("error = %v, want code %v", err, tc.wantCode)
@@ -386,6 +386,15 @@ func TestFailureMode(t *testing.T) {
 			if err == nil {
 				if got := brief(resp); got != tc.want {
 					t.Errorf("got %s, want %s", got, tc.want)
+				}
+				retry := ""
+				for _, h := range resp.GetResponseHeadersToAdd() {
+					if h.GetKey() == "Retry-After" {
+						retry = h.GetValue()
+					}
+				}
+				if want := map[string]string{FailureModeAllow: "", FailureModeDeny: "1"}[tc.mode]; retry != want {
+					t.Errorf("Retry-After %q, want %q", retry, want)
 				}
 			}
 		})
