@@ -27,9 +27,9 @@ type Domain struct {
 	Name string
 	// File is the file the domain came from, as given to Load or Parse.
 	File string
-	// FailureMode is the domain's failure_mode (a Sluice addition): "allow",
-	// "deny", or "" for unset (the RPC layer then returns UNAVAILABLE).
-	FailureMode string
+	// FailureMode is the domain's failure_mode (a Sluice addition);
+	// FailureModeUnset when the file sets none.
+	FailureMode FailureMode
 	// Rules are the top-level descriptors, in config order.
 	Rules []*Rule
 

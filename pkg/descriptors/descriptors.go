@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // Entry is one key/value pair of a request descriptor, as in Envoy's
@@ -90,10 +92,49 @@ type Limit struct {
 	// Replaces lists the names in rate_limit.replaces[].name, in config
 	// order. Each is non-empty and differs from Name.
 	Replaces []string
-	// Algorithm is rate_limit.algorithm, a Sluice addition: "" for the
-	// default (the sliding window counter) or "sliding_window". Other
-	// algorithms are rejected by the loader until they exist.
-	Algorithm string
+	// Algorithm is rate_limit.algorithm, a Sluice addition, carried as is to
+	// the store: the zero value, limiter.SlidingWindow, when unset.
+	Algorithm limiter.Algorithm
+}
+
+// FailureMode is what a domain answers when the store fails: its
+// failure_mode, a Sluice addition. The zero value, FailureModeUnset, leaves
+// the choice to the service's default.
+type FailureMode uint8
+
+const (
+	// FailureModeUnset defers to the service's default failure mode.
+	FailureModeUnset FailureMode = iota
+	// FailureModeError answers gRPC UNAVAILABLE, so that Envoy's own
+	// failure_mode_deny decides (fail open by default).
+	FailureModeError
+	// FailureModeAllow answers OK (fail open), counted in a metric.
+	FailureModeAllow
+	// FailureModeDeny answers OVER_LIMIT for every limited descriptor.
+	FailureModeDeny
+)
+
+var failureModeNames = [...]string{"", "error", "allow", "deny"}
+
+// String returns the config spelling of m ("error", "allow", "deny"), and
+// "" for FailureModeUnset.
+func (m FailureMode) String() string {
+	if int(m) < len(failureModeNames) {
+		return failureModeNames[m]
+	}
+	return fmt.Sprintf("failure_mode(%d)", uint8(m))
+}
+
+// ParseFailureMode returns the FailureMode spelled s ("error", "allow" or
+// "deny", case-insensitively), and false for anything else, "" included.
+func ParseFailureMode(s string) (FailureMode, bool) {
+	s = strings.ToLower(s)
+	for m := FailureModeError; int(m) < len(failureModeNames); m++ {
+		if failureModeNames[m] == s {
+			return m, true
+		}
+	}
+	return FailureModeUnset, false
 }
 
 // Window returns the length of the limit's window: Unit times

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 var update = flag.Bool("update", false, "rewrite the .golden files under testdata/")
@@ -265,7 +266,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	d := c.Domain("api")
-	if d == nil || d.File != "mem.yaml" || d.FailureMode != "deny" || len(d.Rules) != 2 {
+	if d == nil || d.File != "mem.yaml" || d.FailureMode != descriptors.FailureModeDeny || len(d.Rules) != 2 {
 		t.Fatalf("Domain(api) = %+v", d)
 	}
 	if c.Domain("nope") != nil {
@@ -301,14 +302,14 @@ descriptors:
 		t.Fatalf("wild = %+v", wild)
 	}
 	if got := *wild.Limit; got.Unit != descriptors.Minute || got.RequestsPerUnit != 0 || got.UnitMultiplier != 5 ||
-		got.Name != "acme_v1" || got.Algorithm != "sliding_window" || got.Window().Minutes() != 5 {
+		got.Name != "acme_v1" || got.Algorithm != limiter.SlidingWindow || got.Window().Minutes() != 5 {
 		t.Errorf("wild.Limit = %+v", got)
 	}
 	if !open.Unlimited || open.Limit != nil {
 		t.Errorf("open = %+v, want Unlimited and no Limit", open)
 	}
 	if l := remote.Limit; !remote.QuotaMode || l == nil || l.RequestsPerUnit != 4294967295 || l.UnitMultiplier != 1 ||
-		!slices.Equal(l.Replaces, []string{"acme_v1"}) || l.Algorithm != "" {
+		!slices.Equal(l.Replaces, []string{"acme_v1"}) || l.Algorithm != limiter.SlidingWindow {
 		t.Errorf("remote = %+v, limit %+v", remote, l)
 	}
 	if len(c.Warnings) != 0 {

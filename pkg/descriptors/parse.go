@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // The keys each mapping may hold, in the order error messages list them.
@@ -177,12 +179,11 @@ func (p *parser) parseFile(data []byte) (*Domain, *yaml.Node) {
 		d.Name, d.line, d.column = name, domainNode.Line, domainNode.Column
 	}
 	if f, ok := fields["failure_mode"]; ok {
-		if mode, ok := p.str(f, "failure_mode"); ok {
-			switch mode {
-			case "allow", "deny":
+		if s, ok := p.str(f, "failure_mode"); ok {
+			if mode, ok := ParseFailureMode(s); ok {
 				d.FailureMode = mode
-			default:
-				p.errorf(f.val, "failure_mode", "unknown failure_mode %s (want allow or deny)", quote(mode))
+			} else {
+				p.errorf(f.val, "failure_mode", "unknown failure_mode %s (want error, allow or deny)", quote(s))
 			}
 		}
 	}
@@ -368,10 +369,11 @@ func (p *parser) rateLimit(n *yaml.Node, path string, depth int) (*Limit, bool) 
 	}
 	if f, ok := fields["algorithm"]; ok {
 		if s, ok := p.str(f, path+".algorithm"); ok {
-			if s != "sliding_window" {
+			if a, ok := limiter.ParseAlgorithm(s); ok {
+				l.Algorithm = a
+			} else {
 				p.errorf(f.val, path+".algorithm", "unknown algorithm %s (want sliding_window)", quote(s))
 			}
-			l.Algorithm = s
 		}
 	}
 	return l, false

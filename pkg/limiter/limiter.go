@@ -27,6 +27,17 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
+// ParseAlgorithm returns the Algorithm whose config spelling
+// (rate_limit.algorithm) is s, and false when there is none. The empty
+// string is not a spelling: callers map an unset field to the zero value.
+func ParseAlgorithm(s string) (Algorithm, bool) {
+	switch s {
+	case "sliding_window":
+		return SlidingWindow, true
+	}
+	return 0, false
+}
+
 // Limit is one rate limit: at most Requests hits in any Window.
 //
 // Requests of 0 is valid and denies every hit (envoyproxy/ratelimit's
@@ -71,6 +82,10 @@ type Hit struct {
 	// Shadow makes the hit count like any other but never deny the request
 	// (shadow mode). Its Result still says whether it would have denied.
 	Shadow bool
+	// Quota puts the hit in the request's quota group (envoyproxy/ratelimit's
+	// quota_mode): an enforced quota hit that is not Allowed denies the
+	// request only when no enforced quota hit of the request is Allowed.
+	Quota bool
 }
 
 // Result is the outcome of one Hit. The zero value is a hit that was not
@@ -94,6 +109,12 @@ type Result struct {
 	// RetryAfter is the time, with no further traffic, until the same hit
 	// would be Allowed. Zero when Allowed. Whole milliseconds.
 	RetryAfter time.Duration
+	// OverLimit reports that this hit makes the request over limit: an
+	// enforced (non-shadow, non-refund) hit that is not Allowed; for a Quota
+	// hit, only when no enforced Quota hit of the request is Allowed either.
+	// The request is admitted, and consumes, exactly when no Result of it is
+	// OverLimit.
+	OverLimit bool
 }
 
 // Store decides a set of hits against their counters. Implementations must be

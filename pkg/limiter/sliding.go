@@ -112,6 +112,7 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 
 	// Roll every counter into the current window and decide each hit.
 	admitted = true
+	quotaSeen, quotaAllowed := false, false
 	for i, h := range hits {
 		if err := h.Limit.Validate(); err != nil {
 			panic(err)
@@ -126,9 +127,21 @@ func evaluate(nowMs int64, hits []Hit, counters []Counter, results []Result, nex
 		}
 		ok, exceeds, retry := slidingDecide(c, h.Limit.Requests, w, elapsed(nowMs, w, c.Index), inc[leader[i]])
 		results[i] = Result{Allowed: ok, ExceedsLimit: exceeds, RetryAfter: time.Duration(retry) * time.Millisecond}
-		if !ok && !h.Shadow {
+		switch {
+		case h.Shadow:
+		case h.Quota:
+			quotaSeen = true
+			quotaAllowed = quotaAllowed || ok
+		case !ok:
 			admitted = false
 		}
+	}
+	quotaDenied := quotaSeen && !quotaAllowed
+	if quotaDenied {
+		admitted = false
+	}
+	for i, h := range hits {
+		results[i].OverLimit = !h.Refund && !h.Shadow && !results[i].Allowed && (!h.Quota || quotaDenied)
 	}
 
 	// Consume: one increment (the largest) and one refund (the largest) per

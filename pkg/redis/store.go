@@ -208,6 +208,9 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 			return nil, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
 		}
 	}
+	for i, h := range hits {
+		results[i].OverLimit = !h.Refund && !h.Shadow && !h.Quota && !results[i].Allowed
+	}
 	return results, nil
 }
 

@@ -180,7 +180,7 @@ func TestClusterRefundIsExact(t *testing.T) {
 		if h.Key == last.Key {
 			// cur 10 of 10 at the start of the window: 1 more fits once
 			// prev*(1-f) <= 9, 6 s into the next window.
-			want = limiter.Result{RetryAfter: 66 * time.Second, ResetAfter: 2 * time.Minute}
+			want = limiter.Result{RetryAfter: 66 * time.Second, ResetAfter: 2 * time.Minute, OverLimit: true}
 		}
 		if res[i] != want {
 			t.Errorf("hit %d (%s) = %+v, want %+v", i, h.Key, res[i], want)

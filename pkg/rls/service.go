@@ -452,9 +452,12 @@ func (s *Service) refund(ctx context.Context, hits []limiter.Hit) error {
 
 // failure answers a call whose store failed, per the domain's failure mode.
 func (s *Service) failure(dom *descriptors.Domain, vs []verdict, resp *rlsv3.RateLimitResponse, err error) (*rlsv3.RateLimitResponse, error) {
-	mode := dom.FailureMode
+	mode := dom.FailureMode.String()
 	if mode == "" {
 		mode = s.opts.FailureMode
+	}
+	if mode == "error" {
+		mode = FailureModeError
 	}
 	s.opts.Metrics.observeFailure(dom.Name, mode)
 	s.logDegraded(dom.Name, mode, err)
