@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/rls"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
 // configState is the config in force and the outcome of the last load, for
@@ -50,7 +50,7 @@ func newConfigState(reg prometheus.Registerer) *configState {
 
 // load loads path and, if it is valid, makes it svc's config. A bad config
 // keeps the one in force; its errors are logged and kept for /config.
-func (cs *configState) load(path string, svc *rls.Service, log *zap.Logger) bool {
+func (cs *configState) load(path string, svc *ratelimit.Service, log *zap.Logger) bool {
 	fp := fingerprint(path)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

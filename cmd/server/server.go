@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 	"github.com/sluicehq/sluice/pkg/redis"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
@@ -37,6 +38,7 @@ const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 type server struct {
 	set    *settings
 	log    *zap.Logger
+	core   *ratelimit.Service
 	svc    *rls.Service
 	store  limiter.Store
 	closer func() error                // closes the store, nil if nothing to close
@@ -72,26 +74,13 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	if s.wrapStore != nil {
 		srv.store = s.wrapStore(srv.store)
 	}
-	metrics, err := rls.NewMetrics(srv.reg, s.nearLimitRatio())
-	if err != nil {
+	if err := srv.newServices(); err != nil {
 		return nil, err
 	}
-	srv.svc = rls.New(rls.Options{
-		Metrics:         metrics,
-		Store:           srv.store,
-		Logger:          log.Named("rls"),
-		Headers:         s.headers,
-		RawBody:         s.RawBody,
-		DynamicMetadata: s.DynamicMetadata,
-		FailureMode:     s.failureMode(),
-		MaxDescriptors:  s.MaxDescriptors,
-		MaxEntries:      s.MaxEntries,
-		MaxKeyBytes:     s.MaxKeyBytes,
-	})
 	// A bad config at start is not fatal: Sluice serves NOT_SERVING (and
 	// answers UNAVAILABLE) until a fixed config is loaded by the watcher.
 	srv.config = newConfigState(srv.reg)
-	srv.config.load(s.Config, srv.svc, log)
+	srv.config.load(s.Config, srv.core, log)
 
 	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes)}
 	if s.GRPCTLSCert != "" {
@@ -122,6 +111,37 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 		return nil, fmt.Errorf("--http-addr: %w", err)
 	}
 	return srv, nil
+}
+
+// newServices builds the decision core on the store and the Envoy rate
+// limit service front end on it, with their metrics.
+func (srv *server) newServices() error {
+	s := srv.set
+	coreMetrics, err := ratelimit.NewMetrics(srv.reg, s.nearLimitRatio())
+	if err != nil {
+		return err
+	}
+	rlsMetrics, err := rls.NewMetrics(srv.reg)
+	if err != nil {
+		return err
+	}
+	srv.core = ratelimit.New(ratelimit.Options{
+		Store:       srv.store,
+		Logger:      srv.log.Named("ratelimit"),
+		FailureMode: s.failureMode(),
+		Metrics:     coreMetrics,
+	})
+	srv.svc = rls.New(rls.Options{
+		Decider:         srv.core,
+		Metrics:         rlsMetrics,
+		Headers:         s.headers,
+		RawBody:         s.RawBody,
+		DynamicMetadata: s.DynamicMetadata,
+		MaxDescriptors:  s.MaxDescriptors,
+		MaxEntries:      s.MaxEntries,
+		MaxKeyBytes:     s.MaxKeyBytes,
+	})
+	return nil
 }
 
 // serverTLS builds the gRPC listener's TLS, with client certificates required
@@ -202,7 +222,7 @@ func (srv *server) notReady(ctx context.Context) string {
 	switch {
 	case srv.stopping.Load():
 		return "shutting down"
-	case srv.svc.Config() == nil:
+	case srv.core.Config() == nil:
 		return "no config loaded"
 	case srv.ping != nil && srv.set.ReadyNeedsStore:
 		if err := srv.ping(ctx); err != nil {
@@ -263,7 +283,7 @@ func (srv *server) serve(ctx context.Context) error {
 	}()
 	go func() {
 		defer bgWG.Done()
-		reload := func() { srv.config.load(srv.set.Config, srv.svc, srv.log) }
+		reload := func() { srv.config.load(srv.set.Config, srv.core, srv.log) }
 		if err := watchConfig(bg, srv.set.Config, srv.set.ReloadDebounce, reload, srv.log); err != nil {
 			srv.log.Error("cannot watch config, hot reload is off", zap.String("config_file", srv.set.Config), zap.Error(err))
 		}

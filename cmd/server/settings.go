@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
@@ -194,9 +195,7 @@ func (s *settings) validate() error {
 	default:
 		return fmt.Errorf("--log-format: unknown format %q (want json, console or auto)", s.LogFormat)
 	}
-	switch s.FailureMode {
-	case "error", "allow", "deny":
-	default:
+	if _, ok := descriptors.ParseFailureMode(s.FailureMode); !ok {
 		return fmt.Errorf("--failure-mode: unknown mode %q (want error, allow or deny)", s.FailureMode)
 	}
 	if r, err := strconv.ParseFloat(s.NearLimitRatio, 64); err != nil || r <= 0 || r > 1 {
@@ -256,12 +255,10 @@ func splitList(v string) []string {
 	return out
 }
 
-// failureMode is FailureMode as pkg/rls spells it.
-func (s *settings) failureMode() string {
-	if s.FailureMode == "error" {
-		return rls.FailureModeError
-	}
-	return s.FailureMode
+// failureMode is FailureMode, validated.
+func (s *settings) failureMode() descriptors.FailureMode {
+	m, _ := descriptors.ParseFailureMode(s.FailureMode)
+	return m
 }
 
 // writeTable prints the settings as the README's Markdown table.

@@ -1,37 +1,26 @@
-// Package rls is Sluice's Envoy-facing adapter: it implements
-// envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit) on top of a
-// descriptor tree (pkg/descriptors) and a counter store (pkg/limiter).
+// Package rls is Sluice's front end for Envoy's rate limit service,
+// envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit), and its HTTP
+// twin /json. It is a thin adapter on the proto-free decision of
+// pkg/ratelimit: it validates what Envoy's config shapes (INVALID_ARGUMENT
+// naming the field), converts the RateLimitRequest into a ratelimit.Request,
+// and renders the ratelimit.Decision as Envoy's RateLimitResponse: one
+// status per descriptor, the response headers (the IETF RateLimit fields, the
+// envoyproxy/ratelimit compatible set, Retry-After), the raw body and the
+// dynamic metadata. It maps the decision's errors to gRPC codes in one
+// function (grpcError). It also owns the gRPC codec that accepts strings
+// that are not UTF-8 (Codec).
 //
-// It owns what Envoy sees: request validation (INVALID_ARGUMENT naming the
-// field), hits_addend, descriptor limit overrides, unlimited, replaces,
-// shadow mode, quota mode, share_threshold keys, the per-descriptor statuses,
-// the response headers (the IETF RateLimit fields, the envoyproxy/ratelimit
-// compatible set, Retry-After), the failure mode when the store fails, and
-// the HTTP /json twin of the gRPC call. It does not own config loading,
-// counters or transport: cmd/server wires listeners and stores.
-//
-// Imports point one way: cmd/server -> pkg/rls -> {pkg/descriptors,
-// pkg/limiter}. Nothing in Sluice imports pkg/rls but cmd/server.
-//
-// # Counter keys
-//
-// A descriptor's counter key is the domain and every entry of the request
-// descriptor, each length-prefixed, so no two descriptors share a counter
-// whatever bytes their values hold. An entry matched by a wildcard rule with
-// share_threshold contributes the rule's pattern instead of its value, so
-// every matching value shares one counter. A descriptor limit override counts
-// in its own counter, marked with the override's rate. The store adds the
-// window and the algorithm to the counter's identity.
+// It does not own matching, counting, failure modes or metrics of decisions
+// (pkg/ratelimit), config loading (pkg/descriptors) or transport
+// (cmd/server). Imports point one way: cmd/server -> pkg/rls ->
+// pkg/ratelimit -> {pkg/descriptors, pkg/limiter}.
 //
 // # Decisions that extend DESIGN.md
 //
-//   - A limit override applies when the domain is known, whether or not a rule
-//     matches, and is never in shadow mode (as in envoyproxy/ratelimit).
-//   - Shadow-mode limits are counted and reported in statuses as OK with
-//     their real limit_remaining; they never appear in the response headers,
-//     since clients must not see a limit that is only being tried out.
-//   - Quota mode: quota descriptors never deny on their own; when every quota
-//     descriptor of a request is over its limit the request is OVER_LIMIT,
-//     and what the request consumed is refunded so a denial still consumes
-//     nothing.
+//   - Shadow-mode limits are reported in statuses as OK with their real
+//     limit_remaining, and never appear in the response headers, since
+//     clients must not see a limit that is only being tried out.
+//   - When the failure mode answers, statuses carry current_limit but no
+//     limit_remaining or duration_until_reset (the store's state is
+//     unknown), and a denial says Retry-After: 1.
 package rls

@@ -2,16 +2,18 @@ package rls
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
 // HeaderSet selects the response header sets Sluice asks Envoy to add
@@ -63,61 +65,36 @@ func (h HeaderSet) String() string {
 	return strings.Join(ws, ",")
 }
 
-// addHeaders fills resp.response_headers_to_add and raw_body. The limit the
-// RateLimit field reports is, on a denial, the denying limit with the longest
-// RetryAfter, else the limit with the least remaining; shadow-mode limits are
-// never shown.
-func (s *Service) addHeaders(cfg *descriptors.Config, resp *rlsv3.RateLimitResponse, vs []verdict, results []limiter.Result, over bool, retry time.Duration, exceeds bool) {
+// addHeaders fills resp.response_headers_to_add and raw_body from d: the
+// RateLimit fields report d's binding limit, RateLimit-Policy lists every
+// counted limit that is not in shadow mode, and Retry-After comes with
+// OVER_LIMIT.
+func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decision) {
 	if s.opts.Headers == 0 {
 		return
 	}
-	chosen := -1
-	var policy []string
-	for i, v := range vs {
-		if v.hit < 0 || v.shadow {
-			continue
-		}
-		r := results[v.hit]
-		if s.opts.Headers&HeadersDraft != 0 {
-			if item := s.text(cfg, &vs[i]).policy; !contains(policy, item) {
-				policy = append(policy, item)
-			}
-		}
-		if chosen < 0 {
-			chosen = i
-			continue
-		}
-		c := results[vs[chosen].hit]
-		if over {
-			if !r.Allowed && (c.Allowed || r.RetryAfter > c.RetryAfter) {
-				chosen = i
-			}
-		} else if r.Remaining < c.Remaining {
-			chosen = i
-		}
-	}
 	var hs []*corev3.HeaderValue
-	if chosen >= 0 {
-		v := vs[chosen]
-		r := results[v.hit]
+	if d.Binding >= 0 {
+		st := &d.Statuses[d.Binding]
+		r := st.Result
 		reset := strconv.FormatInt(ceilSeconds(r.ResetAfter), 10)
 		if s.opts.Headers&HeadersDraft != 0 {
 			hs = append(hs,
-				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: strings.Join(policy, ", ")},
-				&corev3.HeaderValue{Key: "RateLimit", Value: s.text(cfg, &v).quoted + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
+				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: s.policy(d)},
+				&corev3.HeaderValue{Key: "RateLimit", Value: s.texts.get(d.Config, st).quoted + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
 		}
 		if s.opts.Headers&HeadersCompat != 0 {
 			hs = append(hs,
-				&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(v.limit.RequestsPerUnit), 10)},
+				&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
 				&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(r.Remaining, 10)},
 				&corev3.HeaderValue{Key: "RateLimit-Reset", Value: reset})
 		}
 	}
-	if over {
-		secs := max(ceilSeconds(retry), 1)
+	if d.Code == ratelimit.OverLimit {
+		secs := max(ceilSeconds(d.RetryAfter), 1)
 		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 		if s.opts.RawBody {
-			if exceeds {
+			if d.ExceedsLimit {
 				// No wait will admit this request: say so to the client.
 				resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d,"exceeds_limit":true}`, secs)
 			} else {
@@ -129,54 +106,64 @@ func (s *Service) addHeaders(cfg *descriptors.Config, resp *rlsv3.RateLimitRespo
 	resp.ResponseHeadersToAdd = hs
 }
 
+// policy is the RateLimit-Policy value: one item per distinct counted limit
+// that is not in shadow mode, in descriptor order.
+func (s *Service) policy(d *ratelimit.Decision) string {
+	var items []string
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if !st.Counted() || st.Shadow {
+			continue
+		}
+		if item := s.texts.get(d.Config, st).policy; !slices.Contains(items, item) {
+			items = append(items, item)
+		}
+	}
+	return strings.Join(items, ", ")
+}
+
+// textCache caches the header text of the limits of the config in force.
+// It is safe for concurrent use.
+type textCache struct {
+	cur atomic.Pointer[limitTexts]
+}
+
 // limitTexts caches the header text of the limits of one config.
 type limitTexts struct {
 	cfg *descriptors.Config
 	m   sync.Map // *descriptors.Limit -> *limitText
 }
 
-// limitText is a limit's name as an sf-string and its RateLimit-Policy item.
-type limitText struct{ quoted, policy string }
+// limitText is what responses say of one limit: its name as an sf-string,
+// its RateLimit-Policy item and its DescriptorStatus.current_limit. The
+// current_limit message is shared by every response that reports the limit
+// and must never be modified (gRPC only reads it to marshal it).
+type limitText struct {
+	quoted, policy string
+	current        *rlsv3.RateLimitResponse_RateLimit
+}
 
-// text returns v's header text, from the cache of cfg's limits unless v is
-// a per-request override.
-func (s *Service) text(cfg *descriptors.Config, v *verdict) *limitText {
+// get returns st's header text, from the cache of cfg's limits unless st's
+// limit is a per-request override.
+func (c *textCache) get(cfg *descriptors.Config, st *ratelimit.Status) *limitText {
 	build := func() *limitText {
-		q := sfString(v.name)
-		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(v.limit.RequestsPerUnit), 10) +
-			";w=" + strconv.FormatInt(ceilSeconds(v.limit.Window()), 10)}
+		q := sfString(st.Name)
+		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10) +
+			";w=" + strconv.FormatInt(ceilSeconds(st.Limit.Window()), 10), current: currentLimit(st.Limit)}
 	}
-	if v.over {
+	if st.Override {
 		return build()
 	}
-	lt := s.texts.Load()
+	lt := c.cur.Load()
 	if lt == nil || lt.cfg != cfg {
 		lt = &limitTexts{cfg: cfg}
-		s.texts.Store(lt)
+		c.cur.Store(lt)
 	}
-	if t, ok := lt.m.Load(v.limit); ok {
+	if t, ok := lt.m.Load(st.Limit); ok {
 		return t.(*limitText)
 	}
-	t, _ := lt.m.LoadOrStore(v.limit, build())
+	t, _ := lt.m.LoadOrStore(st.Limit, build())
 	return t.(*limitText)
-}
-
-// limitName is the name a limit shows in headers: its configured name, else
-// the rule's FullKey without the domain (stable across reloads).
-func limitName(domain string, r *descriptors.Rule) string {
-	if r.Limit.Name != "" {
-		return r.Limit.Name
-	}
-	return strings.TrimPrefix(r.FullKey, domain+".")
-}
-
-// overrideName names a descriptor limit override: "override_10_per_minute",
-// "override_10_per_5_minute".
-func overrideName(l *descriptors.Limit) string {
-	if l.UnitMultiplier > 1 {
-		return fmt.Sprintf("override_%d_per_%d_%s", l.RequestsPerUnit, l.UnitMultiplier, l.Unit)
-	}
-	return fmt.Sprintf("override_%d_per_%s", l.RequestsPerUnit, l.Unit)
 }
 
 // sfString renders s as a Structured Fields string (RFC 9651 section 3.3.3):
@@ -205,13 +192,4 @@ func sfString(s string) string {
 // ceilSeconds is d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

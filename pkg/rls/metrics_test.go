@@ -8,17 +8,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
 // TestMetrics drives a known sequence and asserts the exact counters.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, 0.5)
+	cm, err := ratelimit.NewMetrics(reg, 0.5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := newTestService(t, Options{Metrics: m})
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestService(t, Options{Metrics: m}, ratelimit.Options{Metrics: cm})
 	key := desc("api_key", "a")
 	// per_key is 3 a minute: 3 admitted (the 2nd and 3rd leave it over half
 	// used: near limit), 2 denied.
@@ -70,30 +74,5 @@ sluice_store_calls_total{result="ok"} 9
 	}
 	if n := testutil.CollectAndCount(m.requestLatency); n != 2 {
 		t.Errorf("request latency series = %d, want 2 (OK and InvalidArgument)", n)
-	}
-}
-
-func TestRuleLabel(t *testing.T) {
-	s, _ := newTestService(t, Options{})
-	cfg := s.Config()
-	for _, tc := range []struct {
-		entries []string
-		want    string
-	}{
-		{[]string{"api_key", "secret"}, "api_key"},
-		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search"},
-		{[]string{"files", "files/a"}, "files_files/*"},
-		{[]string{"detailed", "x"}, "detailed_x"},
-		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op"},
-	} {
-		d := desc(tc.entries...)
-		var es []descriptors.Entry
-		for i := 0; i+1 < len(tc.entries); i += 2 {
-			es = append(es, descriptors.Entry{Key: tc.entries[i], Value: tc.entries[i+1]})
-		}
-		v := verdict{rule: cfg.Match("test", es)}
-		if got := ruleLabel("test", &v, d); got != tc.want {
-			t.Errorf("ruleLabel(%v) = %q, want %q", tc.entries, got, tc.want)
-		}
 	}
 }

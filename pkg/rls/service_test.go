@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
 // clock is a settable test clock, safe for concurrent use.
@@ -37,19 +38,26 @@ func (c *clock) Add(d time.Duration) {
 // epoch is a minute boundary, so windows start with the test.
 var epoch = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
 
-func newTestService(t testing.TB, o Options) (*Service, *clock) {
+// newTestService returns a Service on a ratelimit.Service with the config of
+// testdata/test.yaml, on an in-memory store with a test clock unless core
+// sets a Store.
+func newTestService(t testing.TB, o Options, core ...ratelimit.Options) (*Service, *clock) {
 	t.Helper()
 	cfg, err := descriptors.Load("testdata/test.yaml")
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	clk := &clock{t: epoch}
-	if o.Store == nil {
-		o.Store = limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})
+	var co ratelimit.Options
+	if len(core) > 0 {
+		co = core[0]
 	}
-	s := New(o)
-	s.SetConfig(cfg)
-	return s, clk
+	if co.Store == nil {
+		co.Store = limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})
+	}
+	o.Decider = ratelimit.New(co)
+	o.Decider.SetConfig(cfg)
+	return New(o), clk
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -193,8 +201,10 @@ func TestSequences(t *testing.T) {
 		}},
 		{"quota mode denies only when every quota descriptor is over", []step{
 			{req: request(desc("service", "a"), desc("service", "b")), want: "OK [OK:0 OK:0]"},
-			// Both quotas are now over: denied, and nothing consumed.
-			{req: request(desc("service", "a"), desc("service", "b"), key("q")), want: "OVER_LIMIT [OVER:0 OVER:0 OK:2]"},
+			// Both quotas are now over: denied, and nothing consumed (q
+			// reports its remaining after the denial, as any denied request
+			// does: all 3).
+			{req: request(desc("service", "a"), desc("service", "b"), key("q")), want: "OVER_LIMIT [OVER:0 OVER:0 OK:3]"},
 			{req: request(key("q")), want: "OK [OK:2]"},
 		}},
 	} {
@@ -305,7 +315,7 @@ func TestUnknownDomainAndNoConfig(t *testing.T) {
 	if got := brief(call(t, s, req)); got != "OK [OK:-]" {
 		t.Errorf("unknown domain: %s", got)
 	}
-	s.SetConfig(nil)
+	s.opts.Decider.SetConfig(nil)
 	if _, err := s.ShouldRateLimit(context.Background(), request(desc("api_key", "a"))); status.Code(err) != codes.Unavailable {
 		t.Errorf("no config: error %v, want Unavailable", err)
 	}
@@ -369,16 +379,16 @@ func (failingStore) Apply(context.Context, []limiter.Hit) ([]limiter.Result, err
 
 func TestFailureMode(t *testing.T) {
 	for _, tc := range []struct {
-		mode     string
+		mode     descriptors.FailureMode
 		want     string
 		wantCode codes.Code
 	}{
-		{FailureModeAllow, "OK [OK:0 OK:-]", codes.OK},
-		{FailureModeDeny, "OVER_LIMIT [OVER:0 OK:-]", codes.OK},
-		{FailureModeError, "", codes.Unavailable},
+		{descriptors.FailureModeAllow, "OK [OK:0 OK:-]", codes.OK},
+		{descriptors.FailureModeDeny, "OVER_LIMIT [OVER:0 OK:-]", codes.OK},
+		{descriptors.FailureModeError, "", codes.Unavailable},
 	} {
-		t.Run("mode "+tc.mode, func(t *testing.T) {
-			s, _ := newTestService(t, Options{Store: failingStore{}, FailureMode: tc.mode, Headers: HeadersDraft})
+		t.Run("mode "+tc.mode.String(), func(t *testing.T) {
+			s, _ := newTestService(t, Options{Headers: HeadersDraft}, ratelimit.Options{Store: failingStore{}, FailureMode: tc.mode})
 			resp, err := s.ShouldRateLimit(context.Background(), request(desc("api_key", "a"), desc("nothing", "x")))
 			if status.Code(err) != tc.wantCode {
 				t.Fatalf("error = %v, want code %v", err, tc.wantCode)
@@ -393,7 +403,7 @@ func TestFailureMode(t *testing.T) {
 						retry = h.GetValue()
 					}
 				}
-				if want := map[string]string{FailureModeAllow: "", FailureModeDeny: "1"}[tc.mode]; retry != want {
+				if want := map[descriptors.FailureMode]string{descriptors.FailureModeAllow: "", descriptors.FailureModeDeny: "1"}[tc.mode]; retry != want {
 					t.Errorf("Retry-After %q, want %q", retry, want)
 				}
 			}
@@ -413,7 +423,7 @@ var _ = corev3.HeaderValue{}
 
 func TestDegradedLogThrottled(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
-	s, _ := newTestService(t, Options{Store: failingStore{}, FailureMode: FailureModeAllow, Logger: zap.New(core), DegradedLogInterval: time.Hour})
+	s, _ := newTestService(t, Options{}, ratelimit.Options{Store: failingStore{}, FailureMode: descriptors.FailureModeAllow, Logger: zap.New(core), DegradedLogInterval: time.Hour})
 	for range 100 {
 		call(t, s, request(desc("api_key", "a")))
 	}

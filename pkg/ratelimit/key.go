@@ -1,10 +1,8 @@
-package rls
+package ratelimit
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
-
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
@@ -14,7 +12,7 @@ import (
 const (
 	tagEntry    = 'e' // an entry: key, then its value
 	tagPattern  = 'p' // an entry whose value is a shared wildcard pattern
-	tagOverride = 'o' // a descriptor limit override: rate, unit, multiplier
+	tagOverride = 'o' // the descriptor's own limit override counts here
 	tagHashed   = 'h' // an entry whose value is longer than maxKeyValue: key, SHA-256 of value
 )
 
@@ -24,20 +22,25 @@ const (
 // in Redis.
 const maxKeyValue = 128
 
-// counterKey is the counter key of descriptor d in domain: the domain and
-// every entry, each length-prefixed (see the package doc). rule is the
-// matched rule, nil if none; override marks a descriptor limit override,
-// which counts in its own counter with the descriptor's own values.
-func counterKey(domain string, d *rlcommon.RateLimitDescriptor, rule *descriptors.Rule, override bool) string {
-	es := d.GetEntries()
+// counterKey is the counter key of a descriptor with these entries in
+// domain: the domain and every entry, each length-prefixed, so no two
+// descriptors share a counter whatever bytes their values hold. An entry
+// matched by a wildcard rule with share_threshold contributes the rule's
+// pattern instead of its value, so every matching value shares one counter.
+// rule is the matched rule, nil if none. override marks a descriptor limit
+// override, which counts in a counter of its own (never the configured
+// limit's), identified by the entries alone: the store adds the window and
+// the algorithm, and the override's requests_per_unit is left out, so a
+// changed override keeps its count (DESIGN.md section 5).
+func counterKey(domain string, entries []descriptors.Entry, rule *descriptors.Rule, override bool) string {
 	n := len(domain) + 12
-	for _, e := range es {
-		n += len(e.GetKey()) + len(e.GetValue()) + 22
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 22
 	}
 	buf := make([]byte, 0, n)
 	buf = appendPart(buf, domain)
-	for i, e := range es {
-		v, tag := e.GetValue(), byte(tagEntry)
+	for i, e := range entries {
+		v, tag := e.Value, byte(tagEntry)
 		if !override && rule != nil && i < len(rule.Lineage) {
 			if node := rule.Lineage[i]; node.ShareThreshold && node.Wildcard {
 				v, tag = node.Value, tagPattern
@@ -46,24 +49,16 @@ func counterKey(domain string, d *rlcommon.RateLimitDescriptor, rule *descriptor
 		if len(v) > maxKeyValue {
 			sum := sha256.Sum256([]byte(v))
 			buf = append(buf, tagHashed)
-			buf = appendPart(buf, e.GetKey())
+			buf = appendPart(buf, e.Key)
 			buf = append(buf, sum[:]...)
 			continue
 		}
 		buf = append(buf, tag)
-		buf = appendPart(buf, e.GetKey())
+		buf = appendPart(buf, e.Key)
 		buf = appendPart(buf, v)
 	}
 	if override {
-		o := d.GetLimit()
 		buf = append(buf, tagOverride)
-		buf = binary.AppendUvarint(buf, uint64(o.GetRequestsPerUnit()))
-		buf = binary.AppendUvarint(buf, uint64(o.GetUnit()))
-		m := uint64(1)
-		if o.GetUnitMultiplier() != nil {
-			m = uint64(o.GetUnitMultiplier().GetValue())
-		}
-		buf = binary.AppendUvarint(buf, m)
 	}
 	return string(buf)
 }

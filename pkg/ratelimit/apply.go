@@ -1,0 +1,94 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// errCaller marks an error of apply that is the caller's own (its context
+// ended): it is returned as is, never answered by the failure mode.
+type errCaller struct{ err error }
+
+func (e errCaller) Error() string { return e.err.Error() }
+func (e errCaller) Unwrap() error { return e.err }
+
+// apply is the third stage of Decide: one Store call for every hit of the
+// request. The store bounds its own calls (pkg/redis: CallTimeout, 15 ms by
+// default); the caller's deadline, when shorter, rides on ctx. It returns
+// one Result per hit, or an errCaller when ctx ended first, or the store's
+// error.
+func (s *Service) apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
+	start := time.Now()
+	results, err := s.opts.Store.Apply(ctx, hits)
+	s.opts.Metrics.observeStore(time.Since(start), err)
+	if err == nil && len(results) != len(hits) {
+		err = fmt.Errorf("%w: store returned %d results for %d hits", limiter.ErrStoreUnavailable, len(results), len(hits))
+	}
+	if err == nil {
+		return results, nil
+	}
+	// The caller's own deadline or cancellation is not a store failure:
+	// answering by failure mode then would be a late answer (an OK after
+	// Envoy gave up). go-redis can report the passed deadline as a socket
+	// timeout before ctx says so, hence the clock check.
+	if ctx.Err() != nil {
+		return nil, errCaller{ctx.Err()}
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return nil, errCaller{context.DeadlineExceeded}
+	}
+	return nil, err
+}
+
+// failure answers a request whose store call failed with err: by the
+// domain's failure mode, else the service's. FailureModeError returns err;
+// allow answers OK; deny answers OverLimit for every enforced limit, with a
+// Retry-After of one second (the store's state is unknown, so the shortest
+// useful wait).
+func (s *Service) failure(d Decision, err error) (Decision, error) {
+	if c, ok := errors.AsType[errCaller](err); ok {
+		return Decision{}, c.err
+	}
+	mode := d.Domain.FailureMode
+	if mode == descriptors.FailureModeUnset {
+		mode = s.opts.FailureMode
+	}
+	s.opts.Metrics.observeFailure(d.Domain.Name, mode.String())
+	s.logDegraded(d.Domain.Name, mode, err)
+	if mode == descriptors.FailureModeError {
+		return Decision{}, err
+	}
+	d.FailureMode = mode
+	if mode != descriptors.FailureModeDeny {
+		return d, nil
+	}
+	for i := range d.Statuses {
+		if st := &d.Statuses[i]; st.Counted() && !st.Shadow {
+			st.Code, d.Code = OverLimit, OverLimit
+		}
+	}
+	if d.Code == OverLimit {
+		d.RetryAfter = time.Second
+	}
+	return d, nil
+}
+
+// logDegraded logs a store failure at most once per DegradedLogInterval,
+// with the number of failures it did not log since the last line.
+func (s *Service) logDegraded(domain string, mode descriptors.FailureMode, err error) {
+	now := time.Now().UnixNano()
+	last := s.lastDegraded.Load()
+	if now-last < int64(s.opts.DegradedLogInterval) || !s.lastDegraded.CompareAndSwap(last, now) {
+		s.suppressed.Add(1)
+		return
+	}
+	s.log.Warn("store failed, answering by failure mode", zap.String("domain", domain), zap.String("failure_mode", mode.String()),
+		zap.Int64("suppressed", s.suppressed.Swap(0)), zap.Error(err))
+}

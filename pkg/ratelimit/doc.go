@@ -1,0 +1,37 @@
+// Package ratelimit is Sluice's rate-limit decision, free of any wire
+// protocol: Service.Decide takes a Request (a domain and its descriptors)
+// and returns a Decision (one Status per descriptor, the overall code, the
+// binding limit and Retry-After). Every front end calls it: pkg/rls for
+// Envoy's envoy.service.ratelimit.v3 (gRPC and /json), and later Envoy's
+// rate limit quota service.
+//
+// Decide runs four named stages, one file each:
+//
+//   - resolve (resolve.go): match each descriptor to a rule of the config in
+//     force, apply limit overrides, drop the limits that others replace, skip
+//     unlimited and unmatched descriptors;
+//   - plan (plan.go): one limiter.Hit per counted descriptor: its counter key
+//     (key.go), hits_addend, refund, shadow and quota flags;
+//   - apply (apply.go): one Store.Apply call for the whole request, bounded by
+//     the caller's context; a store failure is answered by the domain's
+//     failure mode;
+//   - result (result.go): statuses, the overall code, the binding limit (the
+//     one response headers report) and Retry-After, metrics and debug logs.
+//
+// It imports pkg/descriptors (the config model) and pkg/limiter (the store
+// and its algorithms) and no Envoy proto, gRPC or HTTP package: DESIGN.md
+// section 1, checked by a test.
+//
+// # Decisions that extend DESIGN.md
+//
+//   - A limit override applies when the domain is known, whether or not a
+//     rule matches, and is never in shadow mode (as in envoyproxy/ratelimit).
+//     Its counter is identified by the domain, the entries and the window (the
+//     store adds the window), not by its requests_per_unit: changing a
+//     tenant's override keeps its count, as a reloaded config does.
+//   - Shadow-mode limits are counted and reported as OK with their real
+//     limit_remaining; front ends leave them out of response headers.
+//   - Quota mode: quota descriptors deny only together, decided by the store
+//     in the same call (limiter.Hit.Quota), so a quota denial consumes
+//     nothing and costs one store call like any other denial.
+package ratelimit

@@ -1,0 +1,142 @@
+package ratelimit
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+)
+
+// DefaultNearLimitRatio is the share of a limit above which an admitted hit
+// also counts as near limit, as in envoyproxy/ratelimit (NEAR_LIMIT_RATIO).
+const DefaultNearLimitRatio = 0.8
+
+// Metrics are the Prometheus metrics of decisions, whatever front end asked
+// for them. Rate-limit counters are labelled by domain and rule (the rule's
+// FullKey without the domain), never by a raw descriptor value, unless the
+// rule sets detailed_metric (the request's entries, values included) or an
+// entry's node sets value_to_metric (that entry's value). All hit counters
+// count hits (hits_addend), not calls. Metrics is safe for concurrent use; a
+// nil *Metrics records nothing.
+type Metrics struct {
+	nearRatio float64
+
+	totalHits       *prometheus.CounterVec
+	overLimit       *prometheus.CounterVec
+	nearLimit       *prometheus.CounterVec
+	withinLimit     *prometheus.CounterVec
+	shadowOverLimit *prometheus.CounterVec
+	failureAnswers  *prometheus.CounterVec
+	storeCalls      *prometheus.CounterVec
+	storeLatency    prometheus.Histogram
+}
+
+// LatencyBuckets are the histogram buckets, in seconds, of Sluice's latency
+// metrics: from 100 us to 100 ms, around Envoy's 20 ms filter timeout.
+var LatencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .015, .025, .05, .1}
+
+// NewMetrics creates the metrics and registers them with reg. nearRatio is the
+// near-limit ratio in (0, 1]; 0 means DefaultNearLimitRatio. It returns the
+// registration error if a metric of the same name is already registered.
+func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) {
+	if nearRatio <= 0 || nearRatio > 1 {
+		nearRatio = DefaultNearLimitRatio
+	}
+	rule := []string{"domain", "rule"}
+	counter := func(name, help string, labels []string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		nearRatio:       nearRatio,
+		totalHits:       counter("sluice_rate_limit_total_hits_total", "Hits (hits_addend) evaluated against a limit, by domain and rule.", rule),
+		overLimit:       counter("sluice_rate_limit_over_limit_total", "Hits denied by an enforced limit, by domain and rule.", rule),
+		nearLimit:       counter("sluice_rate_limit_near_limit_total", "Admitted hits that left the limit above the near-limit ratio, by domain and rule.", rule),
+		withinLimit:     counter("sluice_rate_limit_within_limit_total", "Hits the limit admitted, by domain and rule.", rule),
+		shadowOverLimit: counter("sluice_rate_limit_shadow_mode_over_limit_total", "Hits a shadow-mode limit would have denied, by domain and rule.", rule),
+		failureAnswers: counter("sluice_failure_mode_answers_total",
+			"Calls answered by the failure mode because the store failed, by domain and mode (allow, deny, error).", []string{"domain", "mode"}),
+		storeCalls: counter("sluice_store_calls_total", "Store calls, by result (ok, error).", []string{"result"}),
+		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_store_call_duration_seconds",
+			Help: "Latency of store calls.", Buckets: LatencyBuckets}),
+	}
+	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowOverLimit,
+		m.failureAnswers, m.storeCalls, m.storeLatency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ruleLabel is the rule label of a counted descriptor: the rule's FullKey
+// without the domain, with values put back where detailed_metric or
+// value_to_metric ask for them; an override's name when no rule matched.
+func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
+	if st.Rule == nil {
+		return st.Name // a limit override: its name says its rate
+	}
+	detailed, valued := st.Rule.DetailedMetric, false
+	for _, n := range st.Rule.Lineage {
+		valued = valued || n.ValueToMetric
+	}
+	if !detailed && !valued {
+		return strings.TrimPrefix(st.Rule.FullKey, domain+".")
+	}
+	var b strings.Builder
+	for i, n := range st.Rule.Lineage {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(n.Key)
+		switch {
+		case i < len(entries) && (detailed || n.ValueToMetric):
+			b.WriteByte('_')
+			b.WriteString(entries[i].Value)
+		case n.Value != "":
+			b.WriteByte('_')
+			b.WriteString(n.Value)
+		}
+	}
+	return b.String()
+}
+
+// observe records one counted descriptor's outcome.
+func (m *Metrics) observe(domain, rule string, hits uint64, allowed, shadow bool, remaining, limit uint64) {
+	if m == nil {
+		return
+	}
+	n := float64(hits)
+	m.totalHits.WithLabelValues(domain, rule).Add(n)
+	switch {
+	case allowed:
+		m.withinLimit.WithLabelValues(domain, rule).Add(n)
+		if limit > 0 && float64(limit-min(remaining, limit)) > m.nearRatio*float64(limit) {
+			m.nearLimit.WithLabelValues(domain, rule).Add(n)
+		}
+	case shadow:
+		m.shadowOverLimit.WithLabelValues(domain, rule).Add(n)
+	default:
+		m.overLimit.WithLabelValues(domain, rule).Add(n)
+	}
+}
+
+func (m *Metrics) observeStore(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.storeCalls.WithLabelValues(result).Inc()
+	m.storeLatency.Observe(d.Seconds())
+}
+
+func (m *Metrics) observeFailure(domain, mode string) {
+	if m == nil {
+		return
+	}
+	m.failureAnswers.WithLabelValues(domain, mode).Inc()
+}

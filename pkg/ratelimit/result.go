@@ -1,0 +1,65 @@
+package ratelimit
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// result is the last stage of Decide: it copies each counted descriptor's
+// Result into its Status, sets the codes, RetryAfter and ExceedsLimit,
+// records metrics and debug lines, and picks the binding limit. idx maps
+// each Status to its hit (-1 when not counted).
+func (s *Service) result(d *Decision, req *Request, idx []int, hits []limiter.Hit, results []limiter.Result) {
+	for i := range d.Statuses {
+		h := idx[i]
+		if h < 0 {
+			continue
+		}
+		st, r := &d.Statuses[i], results[h]
+		st.Result, st.Hits = r, hits[h].Hits
+		if r.OverLimit {
+			st.Code, d.Code = OverLimit, OverLimit
+			d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
+			// More hits than the limit allows in a whole window: no wait
+			// admits them; front ends say so (Retry-After is one window).
+			d.ExceedsLimit = d.ExceedsLimit || r.ExceedsLimit
+		}
+		s.opts.Metrics.observe(d.Domain.Name, ruleLabel(d.Domain.Name, st, req.Descriptors[i].Entries), st.Hits,
+			r.Allowed, st.Shadow, r.Remaining, hits[h].Limit.Requests)
+		if ce := s.log.Check(zap.DebugLevel, "descriptor decided"); ce != nil {
+			ce.Write(zap.String("domain", d.Domain.Name), zap.Int("descriptor", i), zap.String("limit_name", st.Name),
+				zap.Bool("allowed", r.Allowed), zap.Bool("over_limit", r.OverLimit), zap.Bool("exceeds_limit", r.ExceedsLimit),
+				zap.Uint64("limit_remaining", r.Remaining), zap.Bool("shadow_mode", st.Shadow),
+				zap.Uint64("hits_addend", st.Hits), zap.Uint64("requests_per_unit", hits[h].Limit.Requests))
+		}
+	}
+	d.Binding = binding(d)
+}
+
+// binding returns the index of the Status whose limit response headers
+// report: on OverLimit the denying limit with the longest RetryAfter, else
+// the counted limit with the least remaining; shadow-mode limits never.
+// -1 when no Status qualifies.
+func binding(d *Decision) int {
+	b := -1
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if !st.Counted() || st.Shadow {
+			continue
+		}
+		if b < 0 {
+			b = i
+			continue
+		}
+		c := &d.Statuses[b]
+		if d.Code == OverLimit {
+			if st.Code == OverLimit && (c.Code != OverLimit || st.Result.RetryAfter > c.Result.RetryAfter) {
+				b = i
+			}
+		} else if st.Result.Remaining < c.Result.Remaining {
+			b = i
+		}
+	}
+	return b
+}

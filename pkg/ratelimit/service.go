@@ -1,0 +1,140 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// Options configures a Service. The zero value of every field but Store is
+// usable.
+type Options struct {
+	// Store decides and counts hits. Required.
+	Store limiter.Store
+	// Logger receives per-request debug lines and degraded-mode warnings.
+	// nil means zap.NewNop().
+	Logger *zap.Logger
+	// FailureMode is the failure mode of a domain whose config sets none.
+	// FailureModeUnset means FailureModeError.
+	FailureMode descriptors.FailureMode
+	// Metrics records decisions, store calls and failure-mode answers; nil
+	// records nothing.
+	Metrics *Metrics
+	// DegradedLogInterval is the least time between two log lines about
+	// answers given by the failure mode (the metric counts every one). Zero
+	// means 10 s.
+	DegradedLogInterval time.Duration
+}
+
+// Service decides rate-limit requests against the config in force and a
+// Store. It is safe for concurrent use; the config is swapped atomically
+// with SetConfig and every Decide reads one snapshot.
+type Service struct {
+	opts   Options
+	log    *zap.Logger
+	config atomic.Pointer[descriptors.Config]
+
+	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
+	suppressed   atomic.Int64 // degraded answers not logged since
+	scratch      sync.Pool    // *scratch, reused per call
+}
+
+// scratch is per-call working memory, reused through Service.scratch.
+type scratch struct {
+	hits []limiter.Hit
+	idx  []int // per status: index into hits, -1 when not counted
+}
+
+// New returns a Service with no config: until SetConfig is called every
+// Decide fails with ErrNoConfig. New panics if o.Store is nil, a programmer
+// error.
+func New(o Options) *Service {
+	if o.Store == nil {
+		panic("ratelimit: Options.Store is nil")
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.DegradedLogInterval <= 0 {
+		o.DegradedLogInterval = 10 * time.Second
+	}
+	if o.FailureMode == descriptors.FailureModeUnset {
+		o.FailureMode = descriptors.FailureModeError
+	}
+	s := &Service{opts: o, log: o.Logger}
+	s.scratch.New = func() any { return new(scratch) }
+	return s
+}
+
+// SetConfig makes c the config of every Decide that starts after it
+// returns. A nil c unloads the config (Decide then fails with ErrNoConfig).
+func (s *Service) SetConfig(c *descriptors.Config) { s.config.Store(c) }
+
+// Config returns the config in force, nil if none was set.
+func (s *Service) Config() *descriptors.Config { return s.config.Load() }
+
+// Decide evaluates every descriptor of req against the config in force and
+// returns one Status per descriptor, in order. A request that any enforced
+// limit denies consumes from none; shadow-mode limits are counted but never
+// deny. An unknown domain or a descriptor that matches no rule is OK with no
+// limit. Decide makes at most one Store call, bounded by ctx, and does not
+// keep req.
+//
+// Errors: ErrNoConfig while no config is loaded; an error wrapping
+// ErrInvalidRequest, naming the field, for an empty domain or a limit
+// override that cannot be honoured (nothing is counted); ctx's error when it
+// ends before the store answers; and when the store fails, the failure mode
+// decides: FailureModeError returns the store's error (wrapping
+// limiter.ErrStoreUnavailable), allow and deny answer a Decision whose
+// FailureMode says so.
+func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
+	if req.Domain == "" {
+		return Decision{}, fmt.Errorf("%w: domain: must not be empty", ErrInvalidRequest)
+	}
+	cfg := s.config.Load()
+	if cfg == nil {
+		return Decision{}, ErrNoConfig
+	}
+	d := Decision{Statuses: make([]Status, len(req.Descriptors)), Binding: -1, Config: cfg, Domain: cfg.Domain(req.Domain)}
+	if d.Domain == nil {
+		// Not an error (envoyproxy/ratelimit answers OK too), but a domain
+		// misspelt in Envoy's config would otherwise never show.
+		if ce := s.log.Check(zap.DebugLevel, "unknown domain, no limits apply"); ce != nil {
+			ce.Write(zap.String("domain", req.Domain))
+		}
+		return d, nil
+	}
+	if err := resolve(&d, req); err != nil {
+		return Decision{}, err
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	hits := plan(&d, req, sc)
+	defer func() { clear(hits); sc.hits = hits[:0] }()
+	if len(hits) == 0 {
+		return d, nil
+	}
+	results, err := s.apply(ctx, hits)
+	if err != nil {
+		return s.failure(d, err)
+	}
+	s.result(&d, req, sc.idx, hits, results)
+	return d, nil
+}
+
+// grow returns s resized to n, reusing its array when it is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
