@@ -102,11 +102,19 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 	return b.String()
 }
 
-// observe records one counted descriptor's outcome.
-func (m *Metrics) observe(domain, rule string, hits uint64, allowed, shadow bool, remaining, limit uint64) {
+var _ Observer = (*Metrics)(nil)
+
+// ObserveDescriptor implements Observer: it counts the descriptor's hits as
+// total, within limit (and near limit), over limit or shadow over limit.
+func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries []descriptors.Entry) {
 	if m == nil {
 		return
 	}
+	m.observe(dom.Name, ruleLabel(dom.Name, st, entries), st.Hits, st.Result.Allowed, st.Shadow, st.Result.Remaining, uint64(st.Limit.RequestsPerUnit))
+}
+
+// observe records one counted descriptor's outcome.
+func (m *Metrics) observe(domain, rule string, hits uint64, allowed, shadow bool, remaining, limit uint64) {
 	n := float64(hits)
 	m.totalHits.WithLabelValues(domain, rule).Add(n)
 	switch {

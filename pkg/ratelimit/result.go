@@ -25,8 +25,9 @@ func (s *Service) result(d *Decision, req *Request, idx []int, hits []limiter.Hi
 			// admits them; front ends say so (Retry-After is one window).
 			d.ExceedsLimit = d.ExceedsLimit || r.ExceedsLimit
 		}
-		s.opts.Metrics.observe(d.Domain.Name, ruleLabel(d.Domain.Name, st, req.Descriptors[i].Entries), st.Hits,
-			r.Allowed, st.Shadow, r.Remaining, hits[h].Limit.Requests)
+		for _, o := range s.observers {
+			o.ObserveDescriptor(d.Domain, st, req.Descriptors[i].Entries)
+		}
 		if ce := s.log.Check(zap.DebugLevel, "descriptor decided"); ce != nil {
 			ce.Write(zap.String("domain", d.Domain.Name), zap.Int("descriptor", i), zap.String("limit_name", st.Name),
 				zap.Bool("allowed", r.Allowed), zap.Bool("over_limit", r.OverLimit), zap.Bool("exceeds_limit", r.ExceedsLimit),

@@ -27,6 +27,8 @@ type Options struct {
 	// Metrics records decisions, store calls and failure-mode answers; nil
 	// records nothing.
 	Metrics *Metrics
+	// Observers are told of every counted descriptor, after Metrics.
+	Observers []Observer
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -37,13 +39,23 @@ type Options struct {
 // Store. It is safe for concurrent use; the config is swapped atomically
 // with SetConfig and every Decide reads one snapshot.
 type Service struct {
-	opts   Options
-	log    *zap.Logger
-	config atomic.Pointer[descriptors.Config]
+	opts      Options
+	log       *zap.Logger
+	config    atomic.Pointer[descriptors.Config]
+	observers []Observer // Metrics, then Options.Observers
 
 	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
 	suppressed   atomic.Int64 // degraded answers not logged since
 	scratch      sync.Pool    // *scratch, reused per call
+}
+
+// Observer is told of the outcome of every counted descriptor that the
+// store decided (not of answers given by the failure mode): metrics, the
+// status page, compatible metric names. st and entries are valid only during
+// the call. ObserveDescriptor runs on the request path: it must be fast and
+// safe for concurrent use.
+type Observer interface {
+	ObserveDescriptor(dom *descriptors.Domain, st *Status, entries []descriptors.Entry)
 }
 
 // scratch is per-call working memory, reused through Service.scratch.
@@ -69,6 +81,10 @@ func New(o Options) *Service {
 		o.FailureMode = descriptors.FailureModeError
 	}
 	s := &Service{opts: o, log: o.Logger}
+	if o.Metrics != nil {
+		s.observers = append(s.observers, o.Metrics)
+	}
+	s.observers = append(s.observers, o.Observers...)
 	s.scratch.New = func() any { return new(scratch) }
 	return s
 }
