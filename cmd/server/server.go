@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -32,6 +33,20 @@ import (
 
 // rlsServiceName is the gRPC service whose health Envoy and Kubernetes probe.
 const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Connection limits of the listeners. Envoy keeps its gRPC connections open
+// and reconnects at once when one closes, so closing idle ones costs it
+// nothing; a connection that sends nothing at all holds a transport
+// goroutine set (about 3 goroutines and 17 KB each) until then.
+const (
+	// httpIdleTimeout closes an HTTP keep-alive connection idle this long.
+	httpIdleTimeout = 2 * time.Minute
+	// httpMaxHeaderBytes bounds the request headers of the HTTP listener.
+	httpMaxHeaderBytes = 64 << 10
+	// grpcMaxConnectionIdle closes a gRPC connection with no call in flight
+	// for this long (a GOAWAY: the client reconnects on its next call).
+	grpcMaxConnectionIdle = 5 * time.Minute
+)
 
 // server is one running Sluice: listeners, the rate-limit service and its
 // store.
@@ -82,7 +97,8 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	srv.config = newConfigState(srv.reg)
 	srv.config.load(s.Config, srv.core, log)
 
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes)}
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle})}
 	if s.GRPCTLSCert != "" {
 		creds, err := serverTLS(s)
 		if err != nil {
@@ -102,7 +118,10 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /config", srv.config)
 	mux.Handle("/json", srv.svc.JSONHandler())
-	srv.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// A client that sends its headers or body slowly, or keeps a connection
+	// idle, must not hold a goroutine and a socket for long (issue 12.7).
+	srv.http = &http.Server{Handler: mux, ReadHeaderTimeout: min(5*time.Second, s.HTTPReadTimeout), ReadTimeout: s.HTTPReadTimeout,
+		IdleTimeout: httpIdleTimeout, MaxHeaderBytes: httpMaxHeaderBytes}
 
 	if srv.grpcLn, err = net.Listen("tcp", s.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)

@@ -22,6 +22,7 @@ type settings struct {
 	Config          string
 	GRPCAddr        string
 	HTTPAddr        string
+	HTTPReadTimeout time.Duration
 	RedisURL        string
 	RedisSentinel   string
 	RedisSentinels  string
@@ -82,6 +83,7 @@ func (s *settings) table() []setting {
 		{"grpc-client-ca", "PEM CAs that gRPC clients' certificates must chain to (mTLS; needs TLS)", "", &s.GRPCClientCA},
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json)", ":8080", &s.HTTPAddr},
+		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
 		{"redis-url", "Redis URL (redis:// or rediss://); empty runs the in-memory store", "", &s.RedisURL},
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
@@ -222,6 +224,7 @@ func (s *settings) validate() error {
 		min  time.Duration
 	}{{"--store-timeout", s.StoreTimeout, time.Millisecond}, {"--shutdown-delay", s.ShutdownDelay, 0}, {"--shutdown-timeout", s.ShutdownTimeout, 0},
 		{"--reload-debounce", s.ReloadDebounce, 0}, {"--health-interval", s.HealthInterval, 10 * time.Millisecond},
+		{"--http-read-timeout", s.HTTPReadTimeout, 10 * time.Millisecond},
 		{"--redis-dial-timeout", s.RedisDial, time.Millisecond}, {"--redis-read-timeout", s.RedisRead, time.Millisecond}, {"--redis-write-timeout", s.RedisWrite, time.Millisecond}} {
 		if d.v < d.min {
 			return fmt.Errorf("%s: %v is below the minimum %v", d.name, d.v, d.min)

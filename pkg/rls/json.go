@@ -2,8 +2,10 @@ package rls
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -13,6 +15,35 @@ import (
 
 // MaxJSONBytes bounds the body of a POST /json request.
 const MaxJSONBytes = 1 << 20
+
+// jsonUnmarshal accepts what the gRPC codec accepts: unknown fields are
+// ignored (as protobuf ignores unknown fields on the wire), so a newer
+// Envoy's request still decodes.
+var jsonUnmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
+
+// latin1Escape returns body with every byte that is not part of valid UTF-8
+// written as the JSON escape of the same Latin-1 code point (0xff becomes
+// \u00ff), so a value an end client filled with such bytes is decided
+// rather than refused, deterministically, and distinct invalid values stay
+// distinct. (The gRPC codec keeps such bytes exactly; here JSON cannot.) A
+// byte outside a string leaves the body invalid JSON, refused as before.
+// Valid bodies are returned unchanged.
+func latin1Escape(body []byte) []byte {
+	if utf8.Valid(body) {
+		return body
+	}
+	out := make([]byte, 0, len(body)+16)
+	for len(body) > 0 {
+		r, n := utf8.DecodeRune(body)
+		if r == utf8.RuneError && n == 1 {
+			out = fmt.Appendf(out, `\u%04x`, body[0])
+		} else {
+			out = append(out, body[:n]...)
+		}
+		body = body[n:]
+	}
+	return out
+}
 
 // JSONHandler returns the HTTP twin of ShouldRateLimit, as envoyproxy/ratelimit
 // serves it on /json: POST a RateLimitRequest in protojson, get the
@@ -40,7 +71,7 @@ func (s *Service) JSONHandler() http.Handler {
 			return
 		}
 		var req rlsv3.RateLimitRequest
-		if err := protojson.Unmarshal(body, &req); err != nil {
+		if err := jsonUnmarshal.Unmarshal(latin1Escape(body), &req); err != nil {
 			http.Error(w, "request body is not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 			return
 		}

@@ -2,7 +2,12 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"math"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -302,5 +307,35 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 	}
 	if ok := after[`sluice_request_duration_seconds_count{code="OK"}`] - before[`sluice_request_duration_seconds_count{code="OK"}`]; ok != 0 {
 		t.Errorf("server answered OK %v times with Redis hanging, want 0", ok)
+	}
+}
+
+// TestSlowHTTPClientsAreCut: connections that send a request's body slowly
+// (or not at all) are closed after --http-read-timeout, so they cannot hold
+// the HTTP listener's goroutines and sockets (issue 12.7: 1000 such
+// connections were held 20 s).
+func TestSlowHTTPClientsAreCut(t *testing.T) {
+	s := startSluice(t, "--config", "config", "--http-read-timeout", "300ms")
+	const n = 200
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.Dial("tcp", s.HTTPAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	closed := 0
+	for _, c := range conns {
+		c.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, c); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++ // EOF (io.Copy returns nil) or a reset: the server closed it
+		}
+	}
+	if closed != n {
+		t.Errorf("%d of %d slow-body connections closed within 3 s, want all (read timeout 300 ms)", closed, n)
 	}
 }
