@@ -7,9 +7,25 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
+
+// MaxWindow is the longest window a limit may have (unit times
+// unit_multiplier): ten years of 365 days. It is ten times the longest unit
+// of envoyproxy/ratelimit (a year), far beyond any quota a deployment counts
+// while it runs, and small enough that no arithmetic on a window overflows:
+// the current time plus two windows (a counter's lifetime) fits in an int64
+// of nanoseconds until the year 2242, and a window in milliseconds is exact
+// in the float64 of a Redis Lua script. Build refuses a limit whose window is
+// longer, and the layer that reads a descriptor's limit override must refuse
+// one that is: Limit.Window saturates rather than overflows, so comparing it
+// with MaxWindow is safe for any unit and multiplier.
+const MaxWindow = 10 * 365 * 24 * time.Hour
+
+// maxWindowText says MaxWindow in words, for errors.
+const maxWindowText = "10 years of 365 days"
 
 const (
 	unitChoices = "second, minute, hour, day, week, month or year"
@@ -257,7 +273,7 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 }
 
 // limit fills l from the counting fields of rl: unit, requests_per_unit,
-// unit_multiplier and algorithm.
+// unit_multiplier (within MaxWindow) and algorithm.
 func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 	switch f := rl.Unit; f.State {
 	case FieldAbsent:
@@ -276,9 +292,15 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 		l.RequestsPerUnit = f.Value
 	}
 	if f := rl.UnitMultiplier; f.State == FieldSet {
-		if f.Value < minUnitMultiplier {
+		switch {
+		case f.Value < minUnitMultiplier:
 			b.errorAt(f.Pos, path+".unit_multiplier", "want an integer from %d to %d, got the integer %d", minUnitMultiplier, uint64(math.MaxUint32), f.Value)
-		} else {
+		case l.Unit != UnitUnknown && (&Limit{Unit: l.Unit, UnitMultiplier: f.Value}).Window() > MaxWindow:
+			// A unit alone is at most a year, so only a multiplier makes a
+			// window too long.
+			b.errorAt(f.Pos, path+".unit_multiplier", "want an integer from %d to %d with unit %s (a window is at most %s), got the integer %d",
+				minUnitMultiplier, MaxWindow/l.Unit.Duration(), l.Unit, maxWindowText, f.Value)
+		default:
 			l.UnitMultiplier = f.Value
 		}
 	}

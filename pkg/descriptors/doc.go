@@ -48,8 +48,9 @@
 //     Problems envoyproxy/ratelimit accepts and that are merely suspicious are
 //     Config.Warnings.
 //   - Sluice additions: rate_limit.unit_multiplier (an integer >= 1, default
-//     1), rate_limit.algorithm (only "sliding_window" for now) and a
-//     top-level failure_mode (error, allow or deny).
+//     1, for a window of at most MaxWindow, ten years), rate_limit.algorithm
+//     (only "sliding_window" for now) and a top-level failure_mode (error,
+//     allow or deny).
 //   - Scalars are read as envoyproxy/ratelimit's YAML 1.1 decoder reads them:
 //     `value: 200` is the string "200", bools also accept yes/no/on/off, and
 //     anchors, aliases and merge keys (<<) work.
