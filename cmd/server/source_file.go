@@ -16,6 +16,16 @@ import (
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
+// maxWaitFactor bounds how long a burst of changes can hold a reload back:
+// at most maxWaitFactor debounces after the burst's first change (1 s at the
+// default 250 ms), a reload happens even while changes continue. A burst
+// that one save or one ConfigMap swap makes is over within milliseconds; a
+// file still changing after four quiet periods is being rewritten without
+// pause, and waiting for it to stop would never reload (issue 12 item 8).
+// A reload in the middle of such writes may read a half-written file: its
+// errors are reported and the config in force stays, until the next reload.
+const maxWaitFactor = 4
+
 // fileSource is the config in files: --config, a file or a directory
 // (whose files descriptors.Files selects), watched for changes.
 type fileSource struct {
@@ -32,7 +42,7 @@ type fileSource struct {
 var _ configSource = (*fileSource)(nil)
 
 // newFileSource returns the source of the config at path, reloaded debounce
-// after a change.
+// after a change (see maxWaitFactor).
 func newFileSource(path string, debounce time.Duration, log *zap.Logger) *fileSource {
 	return &fileSource{path: path, debounce: debounce, sel: descriptors.YAMLFiles, log: log}
 }
@@ -82,8 +92,9 @@ func (f *fileSource) fingerprint() [sha256.Size]byte {
 // Run reloads the config whenever it changes, until ctx ends. It watches the
 // directory that holds the config (the config itself when it is a
 // directory), so it sees editors' rename-on-save and the symlink swap of a
-// Kubernetes ConfigMap (..data -> ..2026_...), and waits debounce after the
-// last event before loading, so a burst of writes is one reload.
+// Kubernetes ConfigMap (..data -> ..2026_...). It loads once changes have
+// been quiet for the debounce, so that a burst of writes is one reload, or
+// at the latest maxWaitFactor debounces after the burst began.
 func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -95,6 +106,7 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 	}
 	f.watch(w)
 	f.log.Info("watching config", zap.String("config_file", f.path))
+	d := debounce{wait: f.debounce, max: maxWaitFactor * f.debounce}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -107,7 +119,7 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 				return nil
 			}
 			if f.relevant(ev) {
-				timer.Reset(f.debounce)
+				timer.Reset(d.event(time.Now()))
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -115,6 +127,7 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 			}
 			f.log.Warn("config watch error", zap.Error(err))
 		case <-timer.C:
+			d.fired()
 			f.load(deliver)
 			f.watch(w)
 		}
@@ -152,4 +165,26 @@ func (f *fileSource) relevant(ev fsnotify.Event) bool {
 	path := filepath.Clean(f.path)
 	name := filepath.Clean(ev.Name)
 	return filepath.Dir(name) != filepath.Dir(path) || name == path || strings.HasPrefix(filepath.Base(name), "..")
+}
+
+// debounce holds a burst of changes back until it has been quiet for wait,
+// but no longer than max after the burst's first change.
+type debounce struct {
+	wait, max time.Duration
+	first     time.Time // the burst's first change; zero when none is pending
+}
+
+// event notes a change at now and returns how long from now to wait before
+// loading.
+func (d *debounce) event(now time.Time) time.Duration {
+	if d.first.IsZero() {
+		d.first = now
+	}
+	return max(0, min(d.wait, d.first.Add(d.max).Sub(now)))
+}
+
+// fired ends the burst: the load is under way, and the next change starts a
+// new burst.
+func (d *debounce) fired() {
+	d.first = time.Time{}
 }

@@ -155,3 +155,36 @@ func TestFileSourceFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestDebounce checks the wait before a reload: the debounce after the last
+// change, but at most the debounce-max after the first change of a burst.
+func TestDebounce(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	d := debounce{wait: 250 * time.Millisecond, max: maxWaitFactor * 250 * time.Millisecond}
+	for _, step := range []struct {
+		at    time.Time
+		fired bool // the timer fired before this change
+		want  time.Duration
+	}{
+		{ms(0), false, 250 * time.Millisecond},
+		{ms(50), false, 250 * time.Millisecond},
+		{ms(800), false, 200 * time.Millisecond}, // the burst began at 0: load by 1000
+		{ms(990), false, 10 * time.Millisecond},
+		{ms(1000), false, 0},
+		{ms(1200), false, 0}, // past the bound and not yet fired: load now
+		{ms(1300), true, 250 * time.Millisecond},
+		{ms(1400), false, 250 * time.Millisecond},
+	} {
+		if step.fired {
+			d.fired()
+		}
+		if got := d.event(step.at); got != step.want {
+			t.Errorf("event at %v = %v, want %v", step.at.Sub(t0), got, step.want)
+		}
+	}
+	zero := debounce{}
+	if got := zero.event(t0); got != 0 {
+		t.Errorf("zero debounce: event = %v, want 0", got)
+	}
+}
