@@ -44,8 +44,12 @@ const (
 // Document's File, the Pos of the field at fault (zero for a source without
 // positions, which Error.Error then leaves out) and the path of the field
 // ("descriptors[1].rate_limit.unit"). Warnings go to Config.Warnings the same
-// way. nil Documents are skipped, and Build never modifies the Documents, so
-// a caller may keep them. No Documents at all give an empty Config.
+// way. A FieldInvalid field or a nil entry in a list is an error too ("a
+// value its source could not decode"), so that no Config is made from a tree
+// with holes in it: a source that cannot convert something reports it
+// itself, as the YAML decoder does (Load and Parse then leave these out).
+// nil Documents are skipped, and Build never modifies the Documents, so a
+// caller may keep them. No Documents at all give an empty Config.
 func Build(docs ...*Document) (*Config, error) {
 	return build(docs, nil)
 }
@@ -54,6 +58,10 @@ func Build(docs ...*Document) (*Config, error) {
 // builder's own.
 func build(docs []*Document, errs []*Error) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain)}
+	reported := make(map[string]bool) // files with problems from their source
+	for _, e := range errs {
+		reported[e.File] = true
+	}
 	var warns []*Error
 	for _, doc := range docs {
 		if doc == nil {
@@ -70,6 +78,9 @@ func build(docs []*Document, errs []*Error) (*Config, error) {
 			}
 		}
 		errs = append(errs, b.errs...)
+		if !reported[doc.File] {
+			errs = append(errs, b.undecodable...)
+		}
 		warns = append(warns, b.warns...)
 		c.Files = append(c.Files, doc.File)
 	}
@@ -92,6 +103,30 @@ type builder struct {
 	report
 	names map[string]bool // limit names in the domain, for replaces
 	repl  []replaceRef
+	// undecodable lists the fields and entries that the source could not
+	// decode (FieldInvalid, nil entries). A source reports those itself;
+	// build reports these only for a document whose source reported
+	// nothing, so that no Config is made from a tree with holes in it.
+	undecodable []*Error
+}
+
+// state returns the state of f at path, recording a field that the source
+// could not decode (or a state that is none of the FieldStates) in
+// b.undecodable; both are FieldInvalid.
+func state[T any](b *builder, f Field[T], path string) FieldState {
+	if f.State == FieldAbsent || f.State == FieldSet {
+		return f.State
+	}
+	b.undecoded(f.Pos, path)
+	return FieldInvalid
+}
+
+// undecoded records that the source could not decode what is at path.
+func (b *builder) undecoded(pos Pos, path string) {
+	if len(b.undecodable) < maxErrors {
+		b.undecodable = append(b.undecodable, &Error{File: b.file, Line: pos.Line, Column: pos.Column, Path: path,
+			Msg: "a value its source could not decode"})
+	}
 }
 
 type replaceRef struct {
@@ -104,7 +139,7 @@ type replaceRef struct {
 // errors; its Name is "" when the domain is missing or empty.
 func (b *builder) document(doc *Document) *Domain {
 	d := &Domain{File: doc.File}
-	switch f := doc.Domain; f.State {
+	switch f := doc.Domain; state(b, f, "domain") {
 	case FieldAbsent:
 		b.errorAt(doc.Pos, "domain", "missing domain")
 	case FieldSet:
@@ -113,7 +148,7 @@ func (b *builder) document(doc *Document) *Domain {
 		}
 		d.Name, d.pos = f.Value, f.Pos
 	}
-	if f := doc.FailureMode; f.State == FieldSet {
+	if f := doc.FailureMode; state(b, f, "failure_mode") == FieldSet {
 		if mode, ok := ParseFailureMode(f.Value); ok {
 			d.FailureMode = mode
 		} else {
@@ -148,10 +183,11 @@ func (b *builder) descriptors(nodes []*Node, path, prefix string, lineage []*Rul
 	seen := make(map[Entry]sibling)
 	var rules []*Rule
 	for i, n := range nodes {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
 		if n == nil {
+			b.undecoded(Pos{}, ipath)
 			continue
 		}
-		ipath := fmt.Sprintf("%s[%d]", path, i)
 		r := b.rule(n, ipath, prefix, lineage, depth)
 		rules = append(rules, r)
 		if r.Key == "" {
@@ -192,7 +228,7 @@ func firstPos(nodes []*Node) Pos {
 // rule builds the Rule of node n at path.
 func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int) *Rule {
 	r := &Rule{File: b.file, Line: n.Pos.Line, Column: n.Pos.Column}
-	switch f := n.Key; f.State {
+	switch f := n.Key; state(b, f, path+".key") {
 	case FieldAbsent:
 		b.errorAt(n.Pos, path+".key", "missing key")
 	case FieldSet:
@@ -201,7 +237,7 @@ func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int)
 		}
 		r.Key = f.Value
 	}
-	if n.Value.State == FieldSet {
+	if state(b, n.Value, path+".value") == FieldSet {
 		r.Value = n.Value.Value
 	}
 	if r.Wildcard = strings.Contains(r.Value, "*"); r.Wildcard {
@@ -233,15 +269,15 @@ func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int)
 // unlimited.
 func (b *builder) rateLimit(rl *RateLimitNode, path string) (*Limit, bool) {
 	l := &Limit{UnitMultiplier: 1}
-	if rl.Name.State == FieldSet && rl.Name.Value != "" {
+	if state(b, rl.Name, path+".name") == FieldSet && rl.Name.Value != "" {
 		l.Name = rl.Name.Value
 		b.names[l.Name] = true
 	}
 	l.Replaces = b.replaces(rl.Replaces, path+".replaces", l.Name)
-	switch {
-	case rl.Unlimited.State == FieldInvalid:
+	switch unlimited := state(b, rl.Unlimited, path+".unlimited"); {
+	case unlimited == FieldInvalid:
 		return nil, false // whether unit and requests_per_unit belong here is unknown
-	case rl.Unlimited.State == FieldSet && rl.Unlimited.Value:
+	case unlimited == FieldSet && rl.Unlimited.Value:
 		b.unlimited(rl, path, len(l.Replaces) > 0)
 		return nil, true
 	}
@@ -256,10 +292,10 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 		state FieldState
 		pos   Pos
 	}{
-		{"unit", rl.Unit.State, rl.Unit.KeyPos},
-		{"requests_per_unit", rl.RequestsPerUnit.State, rl.RequestsPerUnit.KeyPos},
-		{"unit_multiplier", rl.UnitMultiplier.State, rl.UnitMultiplier.KeyPos},
-		{"algorithm", rl.Algorithm.State, rl.Algorithm.KeyPos},
+		{"unit", state(b, rl.Unit, path+".unit"), rl.Unit.KeyPos},
+		{"requests_per_unit", state(b, rl.RequestsPerUnit, path+".requests_per_unit"), rl.RequestsPerUnit.KeyPos},
+		{"unit_multiplier", state(b, rl.UnitMultiplier, path+".unit_multiplier"), rl.UnitMultiplier.KeyPos},
+		{"algorithm", state(b, rl.Algorithm, path+".algorithm"), rl.Algorithm.KeyPos},
 	} {
 		if f.state == FieldSet {
 			b.errorAt(f.pos, path+"."+f.key, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", f.key)
@@ -275,7 +311,7 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 // limit fills l from the counting fields of rl: unit, requests_per_unit,
 // unit_multiplier (within MaxWindow) and algorithm.
 func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
-	switch f := rl.Unit; f.State {
+	switch f := rl.Unit; state(b, f, path+".unit") {
 	case FieldAbsent:
 		b.errorAt(rl.Pos, path+".unit", "missing unit (want %s)", unitChoices)
 	case FieldSet:
@@ -285,13 +321,13 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 			b.errorAt(f.Pos, path+".unit", "unknown unit %s (want %s)", quote(f.Value), unitChoices)
 		}
 	}
-	switch f := rl.RequestsPerUnit; f.State {
+	switch f := rl.RequestsPerUnit; state(b, f, path+".requests_per_unit") {
 	case FieldAbsent:
 		b.errorAt(rl.Pos, path+".requests_per_unit", "missing requests_per_unit (0 or more; use unlimited: true for no limit)")
 	case FieldSet:
 		l.RequestsPerUnit = f.Value
 	}
-	if f := rl.UnitMultiplier; f.State == FieldSet {
+	if f := rl.UnitMultiplier; state(b, f, path+".unit_multiplier") == FieldSet {
 		switch {
 		case f.Value < minUnitMultiplier:
 			b.errorAt(f.Pos, path+".unit_multiplier", "want an integer from %d to %d, got the integer %d", minUnitMultiplier, uint64(math.MaxUint32), f.Value)
@@ -304,7 +340,7 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 			l.UnitMultiplier = f.Value
 		}
 	}
-	if f := rl.Algorithm; f.State == FieldSet {
+	if f := rl.Algorithm; state(b, f, path+".algorithm") == FieldSet {
 		if a, ok := limiter.ParseAlgorithm(f.Value); ok {
 			l.Algorithm = a
 		} else {
@@ -315,20 +351,20 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 
 // replaces builds rate_limit.replaces at path for the limit called self.
 func (b *builder) replaces(f Field[[]*ReplaceNode], path, self string) []string {
-	if f.State != FieldSet {
+	if state(b, f, path) != FieldSet {
 		return nil
 	}
 	var names []string
 	for i, item := range f.Value {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
 		if item == nil {
+			b.undecoded(f.Pos, ipath)
 			continue
 		}
-		ipath := fmt.Sprintf("%s[%d]", path, i)
-		name := item.Name
-		switch {
-		case name.State == FieldAbsent:
+		switch name := item.Name; {
+		case state(b, name, ipath+".name") == FieldAbsent:
 			b.errorAt(item.Pos, ipath+".name", "missing name (the name of the limit to replace)")
-		case name.State == FieldInvalid:
+		case name.State != FieldSet:
 		case name.Value == "":
 			b.errorAt(name.Pos, ipath+".name", "empty name (want the name of the limit to replace)")
 		case name.Value == self:

@@ -53,7 +53,6 @@ func TestBuildPositionless(t *testing.T) {
 		xdsDoc("first-listener", "first-listener",
 			xdsNode("first-route", "first-route", nil,
 				xdsNode("rule-0-match-0", "", xdsLimit(5, "SECOND")),
-				nil, // an entry the source could not convert keeps the indexes
 				xdsNode("rule-1-match-0", "", xdsLimit(0, "minute")),
 			),
 		),
@@ -129,6 +128,14 @@ func TestBuildErrors(t *testing.T) {
 			`xds:empty: domain: empty domain`,
 			`xds:none: domain: missing domain`,
 		}},
+		{"holes in the tree", []*descriptors.Document{xdsDoc("r", "d",
+			nil,
+			xdsNode("k", "", &descriptors.RateLimitNode{Unit: descriptors.Field[string]{State: descriptors.FieldInvalid},
+				RequestsPerUnit: descriptors.Set(uint32(1))}))},
+			[]string{
+				`xds:r: descriptors[0]: a value its source could not decode`,
+				`xds:r: descriptors[1].rate_limit.unit: a value its source could not decode`,
+			}},
 		{"failure mode", []*descriptors.Document{{File: "xds:r", Domain: descriptors.Set("d"), FailureMode: descriptors.Set("open")}},
 			[]string{`xds:r: failure_mode: unknown failure_mode "open" (want error, allow or deny)`}},
 	} {
@@ -197,5 +204,33 @@ func TestBuildKeepsDocuments(t *testing.T) {
 		if r := c.Match("d", entries("k", "v")); r == nil || r.Limit == nil || r.Limit.RequestsPerUnit != 3 || len(r.Lineage) != 1 {
 			t.Errorf("build %d: Match = %+v", i, r)
 		}
+	}
+}
+
+// TestFailureMode checks a domain's failure_mode from YAML and from a tree:
+// every mode, in any case, and error among them (issue 11).
+func TestFailureMode(t *testing.T) {
+	for _, tc := range []struct {
+		spelled string
+		want    descriptors.FailureMode
+	}{
+		{"error", descriptors.FailureModeError},
+		{"ERROR", descriptors.FailureModeError},
+		{"allow", descriptors.FailureModeAllow},
+		{"Deny", descriptors.FailureModeDeny},
+	} {
+		yaml := mustParse(t, "domain: d\nfailure_mode: "+tc.spelled+"\n")
+		tree, err := descriptors.Build(&descriptors.Document{File: "xds:d", Domain: descriptors.Set("d"), FailureMode: descriptors.Set(tc.spelled)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range map[string]*descriptors.Config{"yaml": yaml, "tree": tree} {
+			if got := c.Domain("d").FailureMode; got != tc.want {
+				t.Errorf("%s: failure_mode %q = %v, want %v", name, tc.spelled, got, tc.want)
+			}
+		}
+	}
+	if c := mustParse(t, "domain: d\n"); c.Domain("d").FailureMode != descriptors.FailureModeUnset {
+		t.Errorf("no failure_mode = %v, want unset", c.Domain("d").FailureMode)
 	}
 }

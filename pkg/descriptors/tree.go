@@ -24,8 +24,8 @@ const (
 	FieldSet
 	// FieldInvalid is a field the source gave but could not decode (a list
 	// where a string belongs), or a misspelled key it took for this one.
-	// The source has already reported it; Build checks nothing about it,
-	// so that one mistake is one error.
+	// The YAML decoder reports it and Build checks nothing more about it,
+	// so that one mistake is one error; Build called directly refuses it.
 	FieldInvalid
 )
 
@@ -62,8 +62,8 @@ type Document struct {
 	// "deny", case-insensitively, or absent.
 	FailureMode Field[string]
 	// Descriptors are the top-level descriptors, in source order. A nil
-	// entry is one the source could not decode (and has reported); it
-	// keeps the index of every entry after it in paths.
+	// entry is one the source could not decode (the YAML decoder's, with
+	// its error); it keeps the index of every entry after it in paths.
 	Descriptors []*Node
 }
 
