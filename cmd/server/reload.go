@@ -31,6 +31,11 @@ type deliverFunc func(cfg *descriptors.Config, err error)
 // or Build on Documents of its own) and delivers every outcome; what to do
 // with one (swap it in, count it, log it, show it on /config) is
 // configState's.
+//
+// To add a source: convert what it holds into descriptors.Documents (File
+// names it in errors, e.g. "xds:<resource name>"), call descriptors.Build,
+// deliver the result from Run, describe it in Info, and hand it to
+// newConfigState in newServer. Rules, errors and the swap stay shared.
 type configSource interface {
 	// Run watches the source until ctx ends and delivers each new outcome:
 	// a config that built, or the errors of one that did not. It never

@@ -49,7 +49,9 @@ const (
 // with holes in it: a source that cannot convert something reports it
 // itself, as the YAML decoder does (Load and Parse then leave these out).
 // nil Documents are skipped, and Build never modifies the Documents, so a
-// caller may keep them. No Documents at all give an empty Config.
+// caller may keep them; the Config shares their Metadata maps, which must
+// not change afterwards. No Documents at all give an empty Config. Build is
+// pure and safe to call concurrently on distinct Documents.
 func Build(docs ...*Document) (*Config, error) {
 	return build(docs, nil)
 }
