@@ -51,7 +51,7 @@ const (
 // nil Documents are skipped, and Build never modifies the Documents, so a
 // caller may keep them; the Config shares their Metadata maps, which must
 // not change afterwards. No Documents at all give an empty Config. Build is
-// pure and safe to call concurrently on distinct Documents.
+// pure (no I/O, no logging) and safe for concurrent use.
 func Build(docs ...*Document) (*Config, error) {
 	return build(docs, nil)
 }
