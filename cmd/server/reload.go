@@ -2,27 +2,75 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
-// configState is the config in force and the outcome of the last load, for
-// /config. It is safe for concurrent use.
+// configSink is what configs are delivered to: the service that decides
+// with the config in force (*ratelimit.Service).
+type configSink interface {
+	// SetConfig makes c the config of every call that starts after it.
+	SetConfig(c *descriptors.Config)
+	// Config returns the config in force, nil if none.
+	Config() *descriptors.Config
+}
+
+// deliverFunc receives the outcome of one load of a source: a config that
+// built (err nil), or the builder's errors (cfg nil).
+type deliverFunc func(cfg *descriptors.Config, err error)
+
+// configSource is a place configs come from: files (fileSource) today, an
+// xDS server later. A source builds its configs with pkg/descriptors (Load,
+// or Build on Documents of its own) and delivers every outcome; what to do
+// with one (swap it in, count it, log it, show it on /config) is
+// configState's.
+//
+// To add a source: convert what it holds into descriptors.Documents (File
+// names it in errors, e.g. "xds:<resource name>"), call descriptors.Build,
+// deliver the result from Run, describe it in Info, and hand it to
+// newConfigState in newServer. Rules, errors and the swap stay shared.
+type configSource interface {
+	// Run watches the source until ctx ends and delivers each new outcome:
+	// a config that built, or the errors of one that did not. It never
+	// delivers the same content twice in a row. It returns nil once ctx
+	// ends, or at once an error if it cannot watch at all.
+	Run(ctx context.Context, deliver deliverFunc) error
+	// Info describes the source for /config and logs. It is safe for
+	// concurrent use.
+	Info() sourceInfo
+}
+
+// sourceInfo describes a config source.
+type sourceInfo struct {
+	// Kind is "file" (later "xds").
+	Kind string `json:"kind"`
+	// Path is --config, for a file source.
+	Path string `json:"path,omitempty"`
+}
+
+// fields are the log fields that name the source.
+func (si sourceInfo) fields() []zap.Field {
+	if si.Path != "" {
+		return []zap.Field{zap.String("config_file", si.Path)}
+	}
+	return []zap.Field{zap.String("config_source", si.Kind)}
+}
+
+// configState puts the configs a source delivers into force and keeps the
+// outcome of the last load, for /config, the metrics and the logs. It is
+// safe for concurrent use.
 type configState struct {
+	sink configSink
+	src  configSource
+	log  *zap.Logger
+
 	mu       sync.Mutex
 	files    []string
 	domains  []string
@@ -32,13 +80,15 @@ type configState struct {
 
 	reloads *prometheus.CounterVec // result: ok, error
 	lastOK  prometheus.Gauge
-
-	fp    [sha256.Size]byte // fingerprint of the files last loaded
-	fpSet bool
 }
 
-func newConfigState(reg prometheus.Registerer) *configState {
+// newConfigState registers the config metrics on reg and returns the state
+// that feeds sink from src.
+func newConfigState(reg prometheus.Registerer, sink configSink, src configSource, log *zap.Logger) *configState {
 	cs := &configState{
+		sink: sink,
+		src:  src,
+		log:  log,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_loads_total",
 			Help: "Config loads (the first one and every reload), by result (ok, error)."}, []string{"result"}),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_last_load_success",
@@ -48,36 +98,39 @@ func newConfigState(reg prometheus.Registerer) *configState {
 	return cs
 }
 
-// load loads path and, if it is valid, makes it svc's config. A bad config
-// keeps the one in force; its errors are logged and kept for /config.
-func (cs *configState) load(path string, svc *ratelimit.Service, log *zap.Logger) bool {
-	fp := fingerprint(path)
+// run runs the source until ctx ends, delivering to cs. A source that
+// cannot run is logged: the config in force stays, without reloads.
+func (cs *configState) run(ctx context.Context) {
+	if err := cs.src.Run(ctx, cs.deliver); err != nil {
+		cs.log.Error("cannot watch config, hot reload is off", append(cs.src.Info().fields(), zap.Error(err))...)
+	}
+}
+
+// deliver takes one outcome of a load. A config that built goes into force;
+// an error keeps the config in force, and is logged and kept for /config.
+func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.fpSet && fp == cs.fp {
-		return false // an event that changed no config file (a log file beside it, a touch)
-	}
-	cs.fp, cs.fpSet = fp, true
-	cfg, err := descriptors.Load(path)
 	if err != nil {
 		cs.reloads.WithLabelValues("error").Inc()
 		cs.lastOK.Set(0)
 		cs.lastErr = cs.lastErr[:0]
 		msg := "config error, keeping the config in force"
-		if svc.Config() == nil {
+		if cs.sink.Config() == nil {
 			msg = "config error, no config in force"
 		}
+		fields := cs.src.Info().fields()
 		for _, e := range unjoin(err) {
 			cs.lastErr = append(cs.lastErr, e.Error())
-			log.Error(msg, zap.String("config_file", path), zap.Error(e))
+			cs.log.Error(msg, append(fields, zap.Error(e))...)
 		}
 		cs.errAt = time.Now()
-		return false
+		return
 	}
 	for _, w := range cfg.Warnings {
-		log.Warn("config warning", zap.Error(w))
+		cs.log.Warn("config warning", zap.Error(w))
 	}
-	svc.SetConfig(cfg)
+	cs.sink.SetConfig(cfg)
 	cs.reloads.WithLabelValues("ok").Inc()
 	cs.lastOK.Set(1)
 	cs.files = cfg.Files
@@ -87,53 +140,21 @@ func (cs *configState) load(path string, svc *ratelimit.Service, log *zap.Logger
 	}
 	cs.loadedAt = time.Now()
 	cs.lastErr = nil
-	log.Info("config loaded", zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains())))
-	return true
+	cs.log.Info("config loaded", zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains())))
 }
 
-// fingerprint hashes what a load of path would read: the YAML files of the
-// directory (dotfiles skipped, symlinks followed) or the file, names and
-// contents. Unreadable files hash their error, so a change there counts.
-func fingerprint(path string) [sha256.Size]byte {
-	h := sha256.New()
-	add := func(name string) {
-		data, err := os.ReadFile(name)
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
-		h.Write(data)
-		if err != nil {
-			fmt.Fprintf(h, "error %v\x00", err)
-		}
-	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			fmt.Fprintf(h, "error %v", err)
-		}
-		for _, e := range entries {
-			n := e.Name()
-			if ext := filepath.Ext(n); !strings.HasPrefix(n, ".") && (ext == ".yaml" || ext == ".yml") {
-				add(filepath.Join(path, n))
-			}
-		}
-	} else {
-		add(path)
-	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
-}
-
-// ServeHTTP answers /config: the config in force (its files, domains and
-// load time) and the errors of the last load if it failed.
+// ServeHTTP answers /config: the source, the config in force (its files,
+// domains and load time) and the errors of the last load if it failed.
 func (cs *configState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	cs.mu.Lock()
 	out := struct {
+		Source    sourceInfo `json:"source"`
 		Files     []string   `json:"files"`
 		Domains   []string   `json:"domains"`
 		LoadedAt  *time.Time `json:"loaded_at,omitempty"`
 		LastError []string   `json:"last_error,omitempty"`
 		ErrorAt   *time.Time `json:"last_error_at,omitempty"`
-	}{Files: cs.files, Domains: cs.domains, LastError: cs.lastErr}
+	}{Source: cs.src.Info(), Files: cs.files, Domains: cs.domains, LastError: cs.lastErr}
 	if !cs.loadedAt.IsZero() {
 		t := cs.loadedAt
 		out.LoadedAt = &t
@@ -147,74 +168,4 @@ func (cs *configState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(out)
-}
-
-// watchConfig reloads path whenever it changes, until ctx ends. It watches
-// the directory that holds the config (the config itself when it is a
-// directory), so it sees editors' rename-on-save and the symlink swap of a
-// Kubernetes ConfigMap (..data -> ..2026_...), and waits debounce after the
-// last event before loading, so a burst of writes is one reload.
-func watchConfig(ctx context.Context, path string, debounce time.Duration, reload func(), log *zap.Logger) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	// Watch the config's directory (or the config itself when it is one),
-	// the directory holding it (a symlinked directory is swapped there), and
-	// the current target of a symlink, re-resolved after every reload. A
-	// ConfigMap's files are symlinks through ..data into a timestamped
-	// directory, and its update is the swap of ..data inside the watched
-	// directory.
-	watch := func() {
-		w.Add(filepath.Dir(path))
-		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-			w.Add(path)
-		}
-		if target, err := filepath.EvalSymlinks(path); err == nil {
-			w.Add(filepath.Dir(target))
-			if fi, err := os.Stat(target); err == nil && fi.IsDir() {
-				w.Add(target)
-			}
-		}
-	}
-	// In the directory holding the config, only the config itself and
-	// Kubernetes' ..data links matter; a log file written there must not
-	// trigger reloads. Every reload is also skipped when no config file
-	// changed (see fingerprint).
-	parent := filepath.Dir(filepath.Clean(path))
-	relevant := func(name string) bool {
-		name = filepath.Clean(name)
-		return filepath.Dir(name) != parent || name == filepath.Clean(path) || strings.HasPrefix(filepath.Base(name), "..")
-	}
-	if err := w.Add(filepath.Dir(path)); err != nil {
-		return err
-	}
-	watch()
-	log.Info("watching config", zap.String("config_file", path))
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) || !relevant(ev.Name) {
-				continue
-			}
-			timer.Reset(debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			log.Warn("config watch error", zap.Error(err))
-		case <-timer.C:
-			reload()
-			watch()
-		}
-	}
 }

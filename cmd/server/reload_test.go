@@ -250,3 +250,43 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// writeAtomic replaces path the way editors save: a hidden temporary file
+// renamed over it, so that a reader never sees half a file.
+func writeAtomic(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	write(t, tmp, data)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReloadWhileWritesContinue is the regression test of issue 12 item 8:
+// a config rewritten more often than the debounce never reloaded (50 writes
+// in 10 s with a 250 ms debounce: 0 reloads). With writes every 50 ms for
+// 2 s, a new limit must be in force before the writes stop.
+func TestReloadWhileWritesContinue(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "reload.yaml")
+	write(t, file, limitConfig(5))
+	r := launch(t, "--config", dir, "--reload-debounce", "250ms", "--health-interval", "20ms")
+	eventually(t, r.client, 5, "initial")
+
+	start := time.Now()
+	var seen time.Duration // when a rewritten limit was first in force
+	for i := 0; time.Since(start) < 2*time.Second; i++ {
+		writeAtomic(t, file, limitConfig(100+i))
+		time.Sleep(50 * time.Millisecond)
+		if seen == 0 && limitInForce(r.client, "probe"+itoa(i)) >= 100 {
+			seen = time.Since(start)
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("no reload during 2 s of writes every 50 ms (debounce 250ms, debounce-max %v)", maxWaitFactor*250*time.Millisecond)
+	}
+	t.Logf("first reload in force %v after the writes began", seen.Round(time.Millisecond))
+	if src, _ := getConfig(t, r.srv)["source"].(map[string]any); src["kind"] != "file" || src["path"] != dir {
+		t.Errorf("/config source = %v, want kind file, path %s", src, dir)
+	}
+}

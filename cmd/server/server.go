@@ -94,8 +94,9 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	}
 	// A bad config at start is not fatal: Sluice serves NOT_SERVING (and
 	// answers UNAVAILABLE) until a fixed config is loaded by the watcher.
-	srv.config = newConfigState(srv.reg)
-	srv.config.load(s.Config, srv.core, log)
+	files := newFileSource(s.Config, s.ReloadDebounce, log)
+	srv.config = newConfigState(srv.reg, srv.core, files, log)
+	files.load(srv.config.deliver)
 
 	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle})}
@@ -302,10 +303,7 @@ func (srv *server) serve(ctx context.Context) error {
 	}()
 	go func() {
 		defer bgWG.Done()
-		reload := func() { srv.config.load(srv.set.Config, srv.core, srv.log) }
-		if err := watchConfig(bg, srv.set.Config, srv.set.ReloadDebounce, reload, srv.log); err != nil {
-			srv.log.Error("cannot watch config, hot reload is off", zap.String("config_file", srv.set.Config), zap.Error(err))
-		}
+		srv.config.run(bg)
 	}()
 	wg.Add(2)
 	go func() {

@@ -95,7 +95,7 @@ func (s *settings) table() []setting {
 		{"redis-prefix", "prefix of every Redis key Sluice writes", "sluice:", &s.RedisPrefix},
 		{"redis-tls-ca", "PEM file of CAs for rediss:// (default: system roots)", "", &s.RedisTLSCA},
 		{"over-limit-cache", "Redis store: answer a repeated denied request locally until its Retry-After (exact; saves Redis calls under abuse)", "true", &s.OverLimitCache},
-		{"reload-debounce", "wait after the last config change before reloading", "250ms", &s.ReloadDebounce},
+		{"reload-debounce", "wait after the last config change before reloading (at most 4x this after the first change, so a config rewritten without pause still reloads)", "250ms", &s.ReloadDebounce},
 		{"health-interval", "how often readiness checks the store", "1s", &s.HealthInterval},
 		{"near-limit-ratio", "share of a limit above which admitted hits count as near limit (metrics)", "0.8", &s.NearLimitRatio},
 		{"log-level", "debug, info, warn or error", "info", &s.LogLevel},

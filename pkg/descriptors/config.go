@@ -33,8 +33,8 @@ type Domain struct {
 	// Rules are the top-level descriptors, in config order.
 	Rules []*Rule
 
-	line, column int   // of the domain value, for the duplicate-domain error
-	index        index // of Rules, for Match
+	pos   Pos   // of the domain value, for the duplicate-domain error
+	index index // of Rules, for Match
 }
 
 // Rule is one node of a descriptor tree: a key, an optional value, and the
@@ -75,15 +75,16 @@ type Rule struct {
 	index    index    // of Children, for Match
 }
 
-// Error is one problem in a config file. Error() formats it as
-// "file:line:col: path: message", which editors and CI annotations
+// Error is one problem in a config file (or other source). Error() formats
+// it as "file:line:col: path: message", which editors and CI annotations
 // understand. Path is "" for a problem that belongs to no key (a YAML
 // syntax error, a document that is not a mapping) and is then left out.
-// Line and Column are 0 only for a file that could not be read at all,
+// Line and Column are 0 for a file that could not be read at all and for a
+// source without positions (an xDS resource: "xds:name: path: message"),
 // and are then left out too.
 type Error struct {
-	File         string
-	Line, Column int    // 1-based, from the yaml.Node
+	File         string // Document.File: a file path, or "xds:<resource name>"
+	Line, Column int    // 1-based; 0 when the source has no position
 	Path         string // e.g. "descriptors[1].rate_limit.unit"
 	Msg          string
 }

@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -138,7 +139,14 @@ func ParseFailureMode(s string) (FailureMode, bool) {
 }
 
 // Window returns the length of the limit's window: Unit times
-// UnitMultiplier (at least 1).
+// UnitMultiplier (at least 1). A loaded limit's window is at most MaxWindow.
+// A Limit built by hand (a descriptor's override) may be longer: its Window
+// is then more than MaxWindow, saturating at the largest Duration rather
+// than overflowing, so that Window() > MaxWindow is the check to refuse it.
 func (l *Limit) Window() time.Duration {
-	return l.Unit.Duration() * time.Duration(max(l.UnitMultiplier, 1))
+	d, m := l.Unit.Duration(), time.Duration(max(l.UnitMultiplier, 1))
+	if d > 0 && m > math.MaxInt64/d {
+		return math.MaxInt64
+	}
+	return d * m
 }

@@ -2,12 +2,28 @@
 // configs in the YAML format of envoyproxy/ratelimit, field for field, so an
 // existing config loads unchanged.
 //
-// It owns the config format and its validation (Load, Parse, Error), the
-// immutable descriptor tree (Config, Domain, Rule, Limit, Unit) and the
+// It owns the config format and its validation (Load, Parse, Build, Error),
+// the immutable descriptor tree (Config, Domain, Rule, Limit, Unit) and the
 // matching of a request descriptor's entries to a rule (Config.Match),
 // following envoyproxy/ratelimit: exact value, then the first matching
 // wildcard in config order, then the key-only rule, and the request must be
 // exactly as deep as the rule.
+//
+// Loading is two stages, so that every source shares one set of rules:
+//   - decode: a source turns what it holds into Documents, a positioned,
+//     source-neutral tree (Document, Node, RateLimitNode, Field). The YAML
+//     decoder (Load, Parse) reports only what YAML can get wrong: syntax,
+//     unknown and duplicate keys, values of the wrong kind, and files that
+//     aliases make too large. An xDS source converts RateLimitConfig protos
+//     into the same tree, with File "xds:<resource name>" and no positions.
+//   - build: Build checks every rule of the format (domains, keys, units,
+//     windows, unlimited, replaces, warnings) and makes the Config. Its
+//     errors are positioned by the source's own form: "file:line:col: path:
+//     message" for a file, "xds:name: path: message" for a resource.
+//
+// Which files of a directory a load reads is one function, Selection.Files
+// (Files for the default, *.yaml and *.yml), which a caller that watches the
+// files uses too.
 //
 // It does not count, decide or talk to Envoy or Redis: what a matched rule
 // means for a request (replaces, shadow_mode, quota_mode, share_threshold
@@ -16,8 +32,9 @@
 // watching files and swapping configs on reload belong to the caller, which
 // keeps the last good Config when a reload fails.
 //
-// Place in the import chain: pkg/rls and cmd/server import it; it imports no
-// other Sluice package (only the standard library and gopkg.in/yaml.v3).
+// Place in the import chain: pkg/rls and cmd/server import it; of Sluice it
+// imports only pkg/limiter (for the Algorithm a limit carries), beside the
+// standard library and gopkg.in/yaml.v3.
 //
 // Format choices beyond envoyproxy/ratelimit:
 //   - One file is one domain, and a file holds one YAML document: a second,
@@ -31,8 +48,9 @@
 //     Problems envoyproxy/ratelimit accepts and that are merely suspicious are
 //     Config.Warnings.
 //   - Sluice additions: rate_limit.unit_multiplier (an integer >= 1, default
-//     1), rate_limit.algorithm (only "sliding_window" for now) and a
-//     top-level failure_mode (allow or deny).
+//     1, for a window of at most MaxWindow, ten years), rate_limit.algorithm
+//     (only "sliding_window" for now) and a top-level failure_mode (error,
+//     allow or deny).
 //   - Scalars are read as envoyproxy/ratelimit's YAML 1.1 decoder reads them:
 //     `value: 200` is the string "200", bools also accept yes/no/on/off, and
 //     anchors, aliases and merge keys (<<) work.
@@ -48,5 +66,5 @@
 // Bounds, so that no file can stall a reload (aliases can make a small
 // file expand exponentially): descriptors nest at most 64 deep, a file
 // expands to at most 100,000 mappings, and at most 1,000 errors are
-// reported per file.
+// reported per file by each stage.
 package descriptors

@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"cmp"
 	"errors"
 	"io/fs"
 	"os"
@@ -18,31 +17,49 @@ type Source struct {
 	Data []byte
 }
 
-// Load reads the config files at paths and returns the validated Config.
-// Each path is a YAML file, or a directory whose *.yaml and *.yml files are
-// loaded (not its subdirectories), in name order. Names starting with "."
-// are skipped, so a Kubernetes ConfigMap mount loads once: its visible files
-// are symlinks into the hidden "..data" directory, and symlinks are
-// followed. File names in errors and in the Config are the paths as given,
-// joined with the directory entry's name.
+// Selection says which files of a directory a load reads. A file named
+// directly is always read, whatever its name. The zero Selection reads every
+// file of a directory.
+type Selection struct {
+	// Ext lists the extensions, with the dot (".yaml"), of the files read
+	// from a directory; nil reads every file.
+	Ext []string
+}
+
+// YAMLFiles is the Selection of Load and Files: *.yaml and *.yml.
+var YAMLFiles = Selection{Ext: []string{".yaml", ".yml"}}
+
+// Files returns the files that Load reads for paths, with YAMLFiles.
+func Files(paths ...string) ([]string, error) {
+	return YAMLFiles.Files(paths...)
+}
+
+// Files returns the config files that a load of paths reads, in the order
+// it reads them. Each path is a file, returned as is, or a directory, whose
+// regular files that s selects are returned in name order (not its
+// subdirectories' files). Names starting with "." are skipped, so that a
+// Kubernetes ConfigMap mount loads once: its visible files are symlinks into
+// the hidden "..data" directory, and symlinks are followed. A returned name
+// is the path as given, joined with the directory entry's name.
 //
-// Load is pure: it logs nothing. On any problem it returns a nil Config and
-// an errors.Join of every *Error found in every file, sorted by file, line
-// and column, so that one run shows them all. A directory with no YAML file
-// in it is an error; no paths at all give an empty Config.
-func Load(paths ...string) (*Config, error) {
-	var (
-		srcs []Source
-		errs []*Error
-	)
-	read := func(name string) {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			errs = append(errs, ioError(name, err))
-			return
-		}
-		srcs = append(srcs, Source{Name: name, Data: data})
+// Files reads no file. The error, if any, is an errors.Join of *Error values
+// (without line or column): a path that does not exist or cannot be listed,
+// and a directory with no selected file. The names found are returned with
+// it, so that a caller can still tell what changed.
+func (s Selection) Files(paths ...string) ([]string, error) {
+	names, errs := s.files(paths)
+	if len(errs) > 0 {
+		return names, errors.Join(asErrors(sortErrors(errs))...)
 	}
+	return names, nil
+}
+
+// files is Files with the problems as a list.
+func (s Selection) files(paths []string) ([]string, []*Error) {
+	var (
+		names []string
+		errs  []*Error
+	)
 	for _, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
@@ -50,48 +67,98 @@ func Load(paths ...string) (*Config, error) {
 			continue
 		}
 		if !fi.IsDir() {
-			read(p)
+			names = append(names, p)
 			continue
 		}
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			errs = append(errs, ioError(p, err))
-			continue
+		found, derr := s.dir(p)
+		if derr != nil {
+			errs = append(errs, derr)
+		} else if len(found) == 0 {
+			errs = append(errs, &Error{File: p, Msg: "no " + s.what() + " in directory"})
 		}
-		n := 0
-		for _, e := range entries { // sorted by name
-			name := e.Name()
-			if strings.HasPrefix(name, ".") || !isYAML(name) {
-				continue
-			}
-			full := filepath.Join(p, name)
-			fi, err := os.Stat(full) // follows symlinks
-			if err != nil {
-				errs = append(errs, ioError(full, err))
-				continue
-			}
-			if fi.IsDir() {
-				continue
-			}
-			read(full)
-			n++
-		}
-		if n == 0 {
-			errs = append(errs, &Error{File: p, Msg: "no *.yaml or *.yml file in directory"})
-		}
+		names = append(names, found...)
 	}
-	return build(srcs, errs)
+	return names, errs
+}
+
+// dir returns the files of directory p that s selects, in name order.
+func (s Selection) dir(p string) ([]string, *Error) {
+	entries, err := os.ReadDir(p) // sorted by name
+	if err != nil {
+		return nil, ioError(p, err)
+	}
+	var names []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || s.Ext != nil && !slices.Contains(s.Ext, filepath.Ext(name)) {
+			continue
+		}
+		full := filepath.Join(p, name)
+		// Stat follows symlinks. A link that leads nowhere is returned, so
+		// that reading it reports the problem.
+		if fi, err := os.Stat(full); err == nil && fi.IsDir() {
+			continue
+		}
+		names = append(names, full)
+	}
+	return names, nil
+}
+
+// what names the files s selects, for an error: "*.yaml or *.yml file".
+func (s Selection) what() string {
+	if len(s.Ext) == 0 {
+		return "file"
+	}
+	pats := make([]string, len(s.Ext))
+	for i, e := range s.Ext {
+		pats[i] = "*" + e
+	}
+	return strings.Join(pats, " or ") + " file"
+}
+
+// Load reads the config files at paths, as YAMLFiles.Load does.
+func Load(paths ...string) (*Config, error) {
+	return YAMLFiles.Load(paths...)
+}
+
+// Load reads the config files at paths and returns the validated Config.
+// Each path is a YAML file, or a directory whose files s selects (see
+// Files). File names in errors and in the Config are the paths as given,
+// joined with the directory entry's name.
+//
+// Load is pure: it logs nothing. On any problem it returns a nil Config and
+// an errors.Join of every *Error found in every file, sorted by file, line
+// and column, so that one run shows them all. A directory with no selected
+// file is an error; no paths at all give an empty Config.
+func (s Selection) Load(paths ...string) (*Config, error) {
+	names, errs := s.files(paths)
+	var docs []*Document
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			errs = append(errs, ioError(name, err))
+			continue
+		}
+		doc, derrs := decodeYAML(name, data)
+		docs = append(docs, doc)
+		errs = append(errs, derrs...)
+	}
+	return build(docs, errs)
 }
 
 // Parse builds a Config from files held in memory, with the same rules,
 // errors and warnings as Load: each Source is one file and one domain.
 func Parse(srcs ...Source) (*Config, error) {
-	return build(srcs, nil)
-}
-
-func isYAML(name string) bool {
-	ext := filepath.Ext(name)
-	return ext == ".yaml" || ext == ".yml"
+	var (
+		docs []*Document
+		errs []*Error
+	)
+	for _, s := range srcs {
+		doc, derrs := decodeYAML(s.Name, s.Data)
+		docs = append(docs, doc)
+		errs = append(errs, derrs...)
+	}
+	return build(docs, errs)
 }
 
 func ioError(name string, err error) *Error {
@@ -100,63 +167,4 @@ func ioError(name string, err error) *Error {
 		err = pe.Err
 	}
 	return &Error{File: name, Msg: "cannot read: " + err.Error()}
-}
-
-// build parses every source, checks that no domain appears twice, and
-// returns the Config, or nil and all the errors.
-func build(srcs []Source, errs []*Error) (*Config, error) {
-	c := &Config{domains: make(map[string]*Domain)}
-	var warns []*Error
-	for _, s := range srcs {
-		p := &parser{file: s.Name}
-		d, domainNode := p.parseFile(s.Data)
-		if d != nil && d.Name != "" {
-			if first, ok := c.domains[d.Name]; ok {
-				p.errorf(domainNode, "domain", "domain %q is already defined in %s:%d:%d (one domain per file; merge the two files)",
-					d.Name, first.File, first.line, first.column)
-			} else {
-				c.domains[d.Name] = d
-			}
-		}
-		errs = append(errs, p.errs...)
-		warns = append(warns, p.warns...)
-		c.Files = append(c.Files, s.Name)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(asErrors(sortErrors(errs))...)
-	}
-	for _, d := range c.domains {
-		d.index = newIndex(d.Rules)
-		c.sorted = append(c.sorted, d)
-	}
-	slices.SortFunc(c.sorted, func(a, b *Domain) int { return cmp.Compare(a.Name, b.Name) })
-	slices.Sort(c.Files)
-	c.Warnings = asErrors(sortErrors(warns))
-	return c, nil
-}
-
-// sortErrors sorts errs by file, line, column, path and message and drops
-// exact repeats (a YAML alias can report one node's problem twice).
-func sortErrors(errs []*Error) []*Error {
-	slices.SortStableFunc(errs, func(a, b *Error) int {
-		return cmp.Or(
-			cmp.Compare(a.File, b.File),
-			cmp.Compare(a.Line, b.Line),
-			cmp.Compare(a.Column, b.Column),
-			cmp.Compare(a.Path, b.Path),
-			cmp.Compare(a.Msg, b.Msg),
-		)
-	})
-	return slices.CompactFunc(errs, func(a, b *Error) bool { return *a == *b })
-}
-
-func asErrors(errs []*Error) []error {
-	if len(errs) == 0 {
-		return nil
-	}
-	out := make([]error, len(errs))
-	for i, e := range errs {
-		out[i] = e
-	}
-	return out
 }

@@ -3,6 +3,7 @@ package descriptors_test
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -374,5 +375,67 @@ descriptors:
 	}
 	if r := c.Match("api", entries("other", "x")); r == nil || r.Limit == nil || r.Limit.RequestsPerUnit != 1000 {
 		t.Errorf("Match(other=x) = %+v, want the aliased limit", r)
+	}
+}
+
+// TestFiles checks the file selection that Load uses and a watcher shares:
+// the default reads *.yaml and *.yml, and another Selection reads others.
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "b.yml"), "domain: b\n")
+	writeFile(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	writeFile(t, filepath.Join(dir, "notes.txt"), "not: loaded\n")
+	writeFile(t, filepath.Join(dir, ".hidden.yaml"), "not: loaded\n")
+	writeFile(t, filepath.Join(dir, "sub", "c.yaml"), "domain: c\n")
+	if err := os.Symlink("a.yaml", filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub", filepath.Join(dir, "subdir.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "sub", "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := func(names ...string) []string {
+		for i, n := range names {
+			names[i] = filepath.Join(dir, n)
+		}
+		return names
+	}
+	for _, tc := range []struct {
+		name  string
+		sel   descriptors.Selection
+		paths []string
+		want  []string
+		err   string
+	}{
+		{"yaml of a directory", descriptors.YAMLFiles, []string{dir}, in("a.yaml", "b.yml", "link.yaml"), ""},
+		{"a file named directly", descriptors.YAMLFiles, in("notes.txt"), in("notes.txt"), ""},
+		{"every extension", descriptors.Selection{}, []string{dir}, in("a.yaml", "b.yml", "link.yaml", "notes.txt"), ""},
+		{"only .txt", descriptors.Selection{Ext: []string{".txt"}}, []string{dir}, in("notes.txt"), ""},
+		{"names found are returned with the errors", descriptors.YAMLFiles, append(in("missing.yaml"), dir, empty),
+			in("a.yaml", "b.yml", "link.yaml"),
+			filepath.Join(dir, "missing.yaml") + ": cannot read: no such file or directory\n" + empty + ": no *.yaml or *.yml file in directory"},
+		{"empty directory, every extension", descriptors.Selection{}, []string{empty}, nil, empty + ": no file in directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.sel.Files(tc.paths...)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Files(%q) = %q, want %q", tc.paths, got, tc.want)
+			}
+			if gotErr := fmt.Sprint(err); tc.err == "" && err != nil || tc.err != "" && gotErr != tc.err {
+				t.Errorf("Files(%q) error = %v, want %q", tc.paths, err, tc.err)
+			}
+		})
+	}
+	// Load reads exactly the files Files names.
+	c, err := descriptors.Load(dir)
+	if err == nil {
+		t.Fatalf("Load(%q) = %v, want the duplicate domain of link.yaml", dir, c)
+	}
+	files, _ := descriptors.Files(dir)
+	if want := `domain "a" is already defined in ` + files[0]; !strings.Contains(err.Error(), want) {
+		t.Errorf("Load(%q) = %v, want %q", dir, err, want)
 	}
 }

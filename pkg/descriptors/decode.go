@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // The keys each mapping may hold, in the order error messages list them.
@@ -26,69 +24,74 @@ var (
 )
 
 const (
-	unitChoices = "second, minute, hour, day, week, month or year"
 	// maxNodes bounds the descriptors and mappings one file may expand to, so
 	// that YAML aliases cannot make a small file take unbounded time.
 	maxNodes = 100_000
 	// maxDepth bounds nesting, which also stops a mapping that an alias makes
 	// contain itself.
 	maxDepth = 64
-	// maxErrors bounds the errors reported for one file, so that aliases
-	// cannot multiply them either.
+	// maxErrors bounds the errors reported for one file by each stage
+	// (decoding, building), so that aliases cannot multiply them either.
 	maxErrors = 1000
 )
 
-// parser walks one file's yaml.Node tree, collecting errors and warnings.
-type parser struct {
-	file  string
-	errs  []*Error
-	warns []*Error
-	nodes int             // mappings visited, against maxNodes
-	stop  bool            // a limit was hit: report nothing more
-	names map[string]bool // limit names in the domain, for replaces
-	repl  []replaceRef
+// decoder walks one YAML file's yaml.Node tree into a Document. It reports
+// what only YAML can get wrong: syntax, a root that is no mapping, unknown
+// keys (naming the closest valid one), duplicate keys, values of the wrong
+// kind, and files that aliases make too large or too deep. The rules of the
+// format itself are Build's.
+type decoder struct {
+	report
+	nodes int // mappings visited, against maxNodes
 	// misspelled holds, per mapping, the keys that an unknown key in it
 	// was taken for, so that a misspelled key is not also reported missing.
 	misspelled map[*yaml.Node]map[string]bool
 }
 
-// missing reports that mapping n at path lacks key, unless an unknown key
-// in n was already reported as a misspelling of it.
-func (p *parser) missing(n *yaml.Node, path, key, format string, args ...any) {
-	if p.misspelled[n][key] {
-		return
-	}
-	p.errorf(n, join(path, key), format, args...)
-}
-
-type replaceRef struct {
-	name string
-	node *yaml.Node
-	path string
+// decodeYAML decodes the file called name. It returns the Document (nil if
+// the file has no usable root) and the problems found, each an *Error.
+func decodeYAML(name string, data []byte) (*Document, []*Error) {
+	p := &decoder{report: report{file: name}}
+	doc := p.decodeFile(data)
+	return doc, p.errs
 }
 
 // field is one key of a mapping and its value.
 type field struct{ key, val *yaml.Node }
 
-func (p *parser) report(list *[]*Error, n *yaml.Node, path, format string, args ...any) {
-	e := &Error{File: p.file, Line: max(n.Line, 1), Column: max(n.Column, 1), Path: path, Msg: fmt.Sprintf(format, args...)}
-	*list = append(*list, e)
+// yamlMap is a decoded mapping: its node (aliases followed) and the value
+// of each key present.
+type yamlMap struct {
+	node   *yaml.Node
+	fields map[string]field
 }
 
-func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	if p.stop {
-		return
-	}
-	if len(p.errs) >= maxErrors {
-		p.stop = true
-		p.report(&p.errs, n, "", "too many errors (more than %d); stopping", maxErrors)
-		return
-	}
-	p.report(&p.errs, n, path, format, args...)
+// posOf is the position of n (yaml.v3 gives no line for a few nodes; 1 then).
+func posOf(n *yaml.Node) Pos {
+	return Pos{Line: max(n.Line, 1), Column: max(n.Column, 1)}
 }
 
-func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
-	p.report(&p.warns, n, path, format, args...)
+func (p *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	p.errorAt(posOf(n), path, format, args...)
+}
+
+// get returns key of m as a Field, its value decoded by decode. A key that
+// is absent, but that an unknown key in m was taken for (and reported as a
+// misspelling of), is FieldInvalid, so that Build does not also call it
+// missing.
+func get[T any](p *decoder, m yamlMap, key, path string, decode func(f field, path string) (T, bool)) Field[T] {
+	f, ok := m.fields[key]
+	if !ok {
+		if p.misspelled[m.node][key] {
+			return Field[T]{State: FieldInvalid}
+		}
+		return Field[T]{}
+	}
+	out := Field[T]{State: FieldInvalid, KeyPos: posOf(f.key), Pos: posOf(f.val)}
+	if v, ok := decode(f, join(path, key)); ok {
+		out.Value, out.State = v, FieldSet
+	}
+	return out
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -113,7 +116,7 @@ var parserProblems = map[string]bool{
 // syntaxError turns a yaml.v3 error into a positioned *Error. yaml.v3
 // gives the line where it found the problem, or where the construct that
 // holds it starts, and never a column, so the column is 1.
-func (p *parser) syntaxError(err error, data []byte) {
+func (p *decoder) syntaxError(err error, data []byte) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
@@ -130,14 +133,13 @@ func (p *parser) syntaxError(err error, data []byte) {
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: 1, Msg: "invalid YAML: " + msg})
 }
 
-// parseFile parses one file into a Domain. It returns the Domain (partial if
-// p.errs is not empty, nil if the file has no usable root) and the node of
-// its domain value, for the duplicate-domain error.
+// decodeFile decodes one file into a Document, nil if the file has no
+// usable root.
 //
 // A file holds one YAML document. Further documents that are not empty are
 // an error rather than silently ignored (envoyproxy/ratelimit reads only the
 // first), since one file is one domain.
-func (p *parser) parseFile(data []byte) (*Domain, *yaml.Node) {
+func (p *decoder) decodeFile(data []byte) *Document {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -146,7 +148,7 @@ func (p *parser) parseFile(data []byte) (*Domain, *yaml.Node) {
 		} else {
 			p.syntaxError(err, data)
 		}
-		return nil, nil
+		return nil
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err != nil && !errors.Is(err, io.EOF) {
@@ -159,44 +161,21 @@ func (p *parser) parseFile(data []byte) (*Domain, *yaml.Node) {
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) == 0 {
 			p.errorf(root, "", "empty file: want a mapping with domain and descriptors")
-			return nil, nil
+			return nil
 		}
 		root = root.Content[0]
 	}
-	fields, ok := p.mapping(root, "", "a mapping with domain and descriptors", fileKeys, 0)
+	m, ok := p.mapping(root, "", "a mapping with domain and descriptors", fileKeys, 0)
 	if !ok {
-		return nil, nil
+		return nil
 	}
-	d := &Domain{File: p.file}
-	var domainNode *yaml.Node
-	if f, ok := fields["domain"]; !ok {
-		p.missing(deref(root), "", "domain", "missing domain")
-	} else if name, ok := p.str(f, "domain"); ok {
-		domainNode = deref(f.val)
-		if name == "" {
-			p.errorf(domainNode, "domain", "empty domain")
-		}
-		d.Name, d.line, d.column = name, domainNode.Line, domainNode.Column
+	d := &Document{File: p.file, Pos: posOf(m.node)}
+	d.Domain = get(p, m, "domain", "", p.str)
+	d.FailureMode = get(p, m, "failure_mode", "", p.str)
+	if f, ok := m.fields["descriptors"]; ok {
+		d.Descriptors = p.descriptors(f.val, "descriptors", 1)
 	}
-	if f, ok := fields["failure_mode"]; ok {
-		if s, ok := p.str(f, "failure_mode"); ok {
-			if mode, ok := ParseFailureMode(s); ok {
-				d.FailureMode = mode
-			} else {
-				p.errorf(f.val, "failure_mode", "unknown failure_mode %s (want error, allow or deny)", quote(s))
-			}
-		}
-	}
-	p.names = make(map[string]bool)
-	if f, ok := fields["descriptors"]; ok {
-		d.Rules = p.descriptors(f.val, "descriptors", d.Name+".", nil, 1)
-	}
-	for _, r := range p.repl {
-		if !p.names[r.name] {
-			p.warnf(r.node, r.path, "replaces %s, which names no limit in domain %s", quote(r.name), quote(d.Name))
-		}
-	}
-	return d, domainNode
+	return d
 }
 
 func emptyDocument(doc *yaml.Node) bool {
@@ -207,9 +186,9 @@ func emptyDocument(doc *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == ""
 }
 
-// descriptors parses a list of descriptors at path. prefix is the FullKey
-// of the parent plus ".", lineage the parent's Lineage.
-func (p *parser) descriptors(n *yaml.Node, path, prefix string, lineage []*Rule, depth int) []*Rule {
+// descriptors decodes a list of descriptors at path, depth levels down
+// (1 for the top). An item that is not a mapping is a nil entry.
+func (p *decoder) descriptors(n *yaml.Node, path string, depth int) []*Node {
 	n = deref(n)
 	if isNull(n) {
 		return nil
@@ -219,206 +198,103 @@ func (p *parser) descriptors(n *yaml.Node, path, prefix string, lineage []*Rule,
 		return nil
 	}
 	if depth > maxDepth {
-		p.errorf(n, path, "descriptors nested more than %d deep", maxDepth)
+		p.errorf(n, path, "%s", depthMessage)
 		return nil
 	}
-	type sibling struct{ line, column int }
-	seen := make(map[Entry]sibling)
-	var rules []*Rule
+	nodes := make([]*Node, len(n.Content))
 	for i, item := range n.Content {
-		ipath := fmt.Sprintf("%s[%d]", path, i)
-		r := p.rule(item, ipath, prefix, lineage, depth)
-		if r == nil {
-			continue
-		}
-		rules = append(rules, r)
-		if r.Key == "" {
-			continue
-		}
-		e := Entry{r.Key, r.Value}
-		if first, dup := seen[e]; dup {
-			what := fmt.Sprintf("key %s with value %s", quote(r.Key), quote(r.Value))
-			if r.Value == "" {
-				what = fmt.Sprintf("key %s without a value", quote(r.Key))
-			}
-			p.errorf(deref(item), ipath, "duplicate descriptor: %s is already at line %d, column %d", what, first.line, first.column)
-			continue
-		}
-		seen[e] = sibling{r.Line, r.Column}
+		nodes[i] = p.node(item, fmt.Sprintf("%s[%d]", path, i), depth)
 	}
-	return rules
+	return nodes
 }
 
-// rule parses one descriptor. It returns nil when n is not a mapping.
-func (p *parser) rule(n *yaml.Node, path, prefix string, lineage []*Rule, depth int) *Rule {
+// node decodes one descriptor. It returns nil when n is not a mapping.
+func (p *decoder) node(n *yaml.Node, path string, depth int) *Node {
 	n = deref(n)
-	fields, ok := p.mapping(n, path, "a descriptor mapping (key, value, rate_limit, descriptors, ...)", descriptorKeys, depth)
+	m, ok := p.mapping(n, path, "a descriptor mapping (key, value, rate_limit, descriptors, ...)", descriptorKeys, depth)
 	if !ok {
 		return nil
 	}
-	r := &Rule{File: p.file, Line: n.Line, Column: n.Column}
-	if f, ok := fields["key"]; !ok {
-		p.missing(n, path, "key", "missing key")
-	} else if key, ok := p.str(f, path+".key"); ok {
-		if key == "" {
-			p.errorf(f.val, path+".key", "empty key")
-		}
-		r.Key = key
-	}
-	if f, ok := fields["value"]; ok {
-		r.Value, _ = p.str(f, path+".value")
-	}
-	if r.Wildcard = strings.Contains(r.Value, "*"); r.Wildcard {
-		r.segments = strings.Split(r.Value, "*")
-	}
-	r.FullKey = prefix + r.Key
-	if r.Value != "" {
-		r.FullKey += "_" + r.Value
-	}
-	r.Lineage = make([]*Rule, len(lineage)+1)
-	copy(r.Lineage, lineage)
-	r.Lineage[len(lineage)] = r
-
+	nd := &Node{Pos: posOf(n)}
+	nd.Key = get(p, m, "key", path, p.str)
+	nd.Value = get(p, m, "value", path, p.str)
 	for _, flag := range []struct {
 		key string
 		dst *bool
 	}{
-		{"shadow_mode", &r.ShadowMode},
-		{"quota_mode", &r.QuotaMode},
-		{"detailed_metric", &r.DetailedMetric},
-		{"value_to_metric", &r.ValueToMetric},
-		{"share_threshold", &r.ShareThreshold},
+		{"shadow_mode", &nd.ShadowMode},
+		{"quota_mode", &nd.QuotaMode},
+		{"detailed_metric", &nd.DetailedMetric},
+		{"value_to_metric", &nd.ValueToMetric},
+		{"share_threshold", &nd.ShareThreshold},
 	} {
-		if f, ok := fields[flag.key]; ok {
+		if f, ok := m.fields[flag.key]; ok {
 			*flag.dst, _ = p.boolean(f, path+"."+flag.key)
 		}
 	}
-	if f, ok := fields["metadata"]; ok {
-		r.Metadata = p.metadata(f.val, path+".metadata")
+	if f, ok := m.fields["metadata"]; ok {
+		nd.Metadata = p.metadata(f.val, path+".metadata")
 	}
-	hasLimit := false
-	if f, ok := fields["rate_limit"]; ok && !isNull(deref(f.val)) {
-		hasLimit = true
-		r.Limit, r.Unlimited = p.rateLimit(f.val, path+".rate_limit", depth)
+	if f, ok := m.fields["rate_limit"]; ok {
+		nd.RateLimit = p.rateLimit(f.val, path+".rate_limit", depth)
 	}
-	if f, ok := fields["descriptors"]; ok {
-		r.Children = p.descriptors(f.val, path+".descriptors", r.FullKey+".", r.Lineage, depth+1)
+	if f, ok := m.fields["descriptors"]; ok {
+		nd.Descriptors = p.descriptors(f.val, path+".descriptors", depth+1)
 	}
-	if !hasLimit && len(r.Children) == 0 {
-		p.warnf(n, path, "no rate_limit and no descriptors: a request that matches here is never limited")
-	}
-	return r
+	return nd
 }
 
-// rateLimit parses a rate_limit mapping. It returns the Limit (nil when
-// unlimited or not a mapping) and whether it is unlimited.
-func (p *parser) rateLimit(n *yaml.Node, path string, depth int) (*Limit, bool) {
-	n = deref(n)
-	fields, ok := p.mapping(n, path, "a rate_limit mapping (unit, requests_per_unit, ...)", rateLimitKeys, depth)
-	if !ok {
-		return nil, false
-	}
-	l := &Limit{UnitMultiplier: 1}
-	unlimited := false
-	if f, ok := fields["unlimited"]; ok {
-		var valid bool
-		if unlimited, valid = p.boolean(f, path+".unlimited"); !valid {
-			return nil, false // whether unit and requests_per_unit belong here is unknown
-		}
-	}
-	if f, ok := fields["name"]; ok {
-		l.Name, _ = p.str(f, path+".name")
-		if l.Name != "" {
-			p.names[l.Name] = true
-		}
-	}
-	if f, ok := fields["replaces"]; ok {
-		l.Replaces = p.replaces(f.val, path+".replaces", l.Name, depth)
-	}
-	if unlimited {
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm"} {
-			if f, ok := fields[k]; ok {
-				p.errorf(f.key, path+"."+k, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", k)
-			}
-		}
-		if f, ok := fields["replaces"]; ok && len(l.Replaces) > 0 {
-			// Rule.Limit is nil for an unlimited rule, so the names would be
-			// lost; envoyproxy/ratelimit accepts them, so only warn.
-			p.warnf(f.key, path+".replaces", "replaces with unlimited: true has no effect (an unlimited limit is never checked, so it replaces nothing)")
-		}
-		return nil, true
-	}
-	if f, ok := fields["unit"]; !ok {
-		p.missing(n, path, "unit", "missing unit (want %s)", unitChoices)
-	} else if s, ok := p.str(f, path+".unit"); ok {
-		if u, ok := ParseUnit(s); ok {
-			l.Unit = u
-		} else {
-			p.errorf(f.val, path+".unit", "unknown unit %s (want %s)", quote(s), unitChoices)
-		}
-	}
-	if f, ok := fields["requests_per_unit"]; !ok {
-		p.missing(n, path, "requests_per_unit", "missing requests_per_unit (0 or more; use unlimited: true for no limit)")
-	} else if v, ok := p.uint32(f, path+".requests_per_unit", 0); ok {
-		l.RequestsPerUnit = v
-	}
-	if f, ok := fields["unit_multiplier"]; ok {
-		if v, ok := p.uint32(f, path+".unit_multiplier", 1); ok {
-			l.UnitMultiplier = v
-		}
-	}
-	if f, ok := fields["algorithm"]; ok {
-		if s, ok := p.str(f, path+".algorithm"); ok {
-			if a, ok := limiter.ParseAlgorithm(s); ok {
-				l.Algorithm = a
-			} else {
-				p.errorf(f.val, path+".algorithm", "unknown algorithm %s (want sliding_window)", quote(s))
-			}
-		}
-	}
-	return l, false
-}
-
-// replaces parses rate_limit.replaces, a list of {name: ...} mappings, for
-// the limit called self.
-func (p *parser) replaces(n *yaml.Node, path, self string, depth int) []string {
+// rateLimit decodes a rate_limit mapping. It returns nil for a null and
+// for a node that is not a mapping (reporting the latter).
+func (p *decoder) rateLimit(n *yaml.Node, path string, depth int) *RateLimitNode {
 	n = deref(n)
 	if isNull(n) {
 		return nil
 	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, path, "want a list of {name: ...}, got %s", describe(n))
+	m, ok := p.mapping(n, path, "a rate_limit mapping (unit, requests_per_unit, ...)", rateLimitKeys, depth)
+	if !ok {
 		return nil
 	}
-	var names []string
+	return &RateLimitNode{
+		Pos:       posOf(n),
+		Unlimited: get(p, m, "unlimited", path, p.boolean),
+		Name:      get(p, m, "name", path, p.str),
+		Replaces: get(p, m, "replaces", path, func(f field, path string) ([]*ReplaceNode, bool) {
+			return p.replaces(f.val, path, depth)
+		}),
+		Unit:            get(p, m, "unit", path, p.str),
+		RequestsPerUnit: get(p, m, "requests_per_unit", path, p.uint32(0)),
+		UnitMultiplier:  get(p, m, "unit_multiplier", path, p.uint32(minUnitMultiplier)),
+		Algorithm:       get(p, m, "algorithm", path, p.str),
+	}
+}
+
+// replaces decodes rate_limit.replaces, a list of {name: ...} mappings; an
+// item that is not a mapping is a nil entry. ok is false (and an error
+// reported) when n is not a list.
+func (p *decoder) replaces(n *yaml.Node, path string, depth int) ([]*ReplaceNode, bool) {
+	n = deref(n)
+	if isNull(n) {
+		return nil, true
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list of {name: ...}, got %s", describe(n))
+		return nil, false
+	}
+	items := make([]*ReplaceNode, len(n.Content))
 	for i, item := range n.Content {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
-		fields, ok := p.mapping(item, ipath, "a mapping {name: ...}", replacesKeys, depth)
+		m, ok := p.mapping(item, ipath, "a mapping {name: ...}", replacesKeys, depth)
 		if !ok {
 			continue
 		}
-		f, ok := fields["name"]
-		if !ok {
-			p.missing(deref(item), ipath, "name", "missing name (the name of the limit to replace)")
-			continue
-		}
-		name, ok := p.str(f, ipath+".name")
-		switch {
-		case !ok:
-		case name == "":
-			p.errorf(f.val, ipath+".name", "empty name (want the name of the limit to replace)")
-		case name == self:
-			p.errorf(f.val, ipath+".name", "limit %s replaces itself", quote(name))
-		default:
-			names = append(names, name)
-			p.repl = append(p.repl, replaceRef{name, deref(f.val), ipath + ".name"})
-		}
+		items[i] = &ReplaceNode{Pos: posOf(m.node), Name: get(p, m, "name", ipath, p.str)}
 	}
-	return names
+	return items, true
 }
 
 // metadata checks a metadata mapping for duplicate keys and decodes it.
-func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
+func (p *decoder) metadata(n *yaml.Node, path string) map[string]any {
 	n = deref(n)
 	if isNull(n) {
 		return nil
@@ -442,7 +318,7 @@ func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
 
 // uniqueKeys reports duplicate keys anywhere under n, which yaml.v3 does
 // not do for a yaml.Node.
-func (p *parser) uniqueKeys(n *yaml.Node, path string, depth int) {
+func (p *decoder) uniqueKeys(n *yaml.Node, path string, depth int) {
 	if depth > maxDepth || p.count(n, path) {
 		return
 	}
@@ -469,7 +345,7 @@ func (p *parser) uniqueKeys(n *yaml.Node, path string, depth int) {
 
 // count charges one node against maxNodes and reports whether the budget
 // is spent (reporting that once).
-func (p *parser) count(n *yaml.Node, path string) bool {
+func (p *decoder) count(n *yaml.Node, path string) bool {
 	if p.stop {
 		return true
 	}
@@ -487,16 +363,16 @@ func (p *parser) count(n *yaml.Node, path string) bool {
 // describes the expected mapping in an error. Merge keys (<<) are expanded,
 // explicit keys winning over merged ones as YAML specifies. ok is false
 // (and an error reported) when n is not a mapping.
-func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string, depth int) (map[string]field, bool) {
+func (p *decoder) mapping(n *yaml.Node, path, what string, allowed []string, depth int) (yamlMap, bool) {
 	n = deref(n)
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, path, "want %s, got %s", what, describe(n))
-		return nil, false
+		return yamlMap{}, false
 	}
 	if depth > maxDepth || p.count(n, path) {
-		return nil, false
+		return yamlMap{}, false
 	}
-	out := make(map[string]field)
+	out := yamlMap{node: n, fields: make(map[string]field)}
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), n.Content[i+1]
@@ -508,58 +384,67 @@ func (p *parser) mapping(n *yaml.Node, path, what string, allowed []string, dept
 			p.errorf(k, path, "key %s is not a string (want %s)", describeKey(k), choices(allowed))
 			continue
 		}
-		kpath := join(path, k.Value)
 		if !contains(allowed, k.Value) {
-			hint := "(it belongs under rate_limit)"
-			if !contains(allowed, "rate_limit") || !contains(rateLimitKeys, k.Value) {
-				var guess string
-				guess, hint = suggest(k.Value, allowed)
-				if guess != "" {
-					if p.misspelled == nil {
-						p.misspelled = make(map[*yaml.Node]map[string]bool)
-					}
-					if p.misspelled[n] == nil {
-						p.misspelled[n] = make(map[string]bool)
-					}
-					p.misspelled[n][guess] = true
-				}
-			}
-			p.errorf(k, kpath, "unknown key %s %s", quote(k.Value), hint)
+			p.unknownKey(n, k, path, allowed)
 			continue
 		}
-		if first, dup := out[k.Value]; dup {
-			p.errorf(k, kpath, "duplicate key %s (first at line %d, column %d)", quote(k.Value), first.key.Line, first.key.Column)
+		if first, dup := out.fields[k.Value]; dup {
+			p.errorf(k, join(path, k.Value), "duplicate key %s (first at line %d, column %d)", quote(k.Value), first.key.Line, first.key.Column)
 			continue
 		}
-		out[k.Value] = field{k, v}
+		out.fields[k.Value] = field{k, v}
 	}
 	for _, m := range merges {
-		m = deref(m)
-		var sources []*yaml.Node
-		if m.Kind == yaml.SequenceNode {
-			sources = m.Content
-		} else {
-			sources = []*yaml.Node{m}
-		}
-		for _, src := range sources {
-			merged, ok := p.mapping(src, path, "a mapping to merge (<<)", allowed, depth+1)
-			if !ok {
-				continue
+		p.merge(out.fields, m, path, allowed, depth)
+	}
+	return out, true
+}
+
+// unknownKey reports key k of mapping n, which allowed lacks, naming the
+// closest allowed key and remembering it as misspelled in n.
+func (p *decoder) unknownKey(n, k *yaml.Node, path string, allowed []string) {
+	hint := "(it belongs under rate_limit)"
+	if !contains(allowed, "rate_limit") || !contains(rateLimitKeys, k.Value) {
+		var guess string
+		guess, hint = suggest(k.Value, allowed)
+		if guess != "" {
+			if p.misspelled == nil {
+				p.misspelled = make(map[*yaml.Node]map[string]bool)
 			}
-			for k, f := range merged {
-				if _, ok := out[k]; !ok {
-					out[k] = f
-				}
+			if p.misspelled[n] == nil {
+				p.misspelled[n] = make(map[string]bool)
+			}
+			p.misspelled[n][guess] = true
+		}
+	}
+	p.errorf(k, join(path, k.Value), "unknown key %s %s", quote(k.Value), hint)
+}
+
+// merge adds to fields the keys of the mapping (or list of mappings) m that
+// a merge key (<<) names, unless fields has them already.
+func (p *decoder) merge(fields map[string]field, m *yaml.Node, path string, allowed []string, depth int) {
+	m = deref(m)
+	sources := []*yaml.Node{m}
+	if m.Kind == yaml.SequenceNode {
+		sources = m.Content
+	}
+	for _, src := range sources {
+		merged, ok := p.mapping(src, path, "a mapping to merge (<<)", allowed, depth+1)
+		if !ok {
+			continue
+		}
+		for k, f := range merged.fields {
+			if _, ok := fields[k]; !ok {
+				fields[k] = f
 			}
 		}
 	}
-	return out, true
 }
 
 // str returns the text of a scalar: like envoyproxy/ratelimit's YAML
 // decoding, `value: 200` is the string "200" and a null is "". ok is false
 // (and an error reported) for a mapping or a list.
-func (p *parser) str(f field, path string) (string, bool) {
+func (p *decoder) str(f field, path string) (string, bool) {
 	n := deref(f.val)
 	if n.Kind != yaml.ScalarNode {
 		p.errorf(n, path, "want a string, got %s", describe(n))
@@ -575,7 +460,7 @@ func (p *parser) str(f field, path string) (string, bool) {
 // it) when the node is no bool. It accepts YAML 1.1's yes/no/on/off
 // (unquoted), which envoyproxy/ratelimit's YAML 1.1 parser accepts, and a
 // null as false.
-func (p *parser) boolean(f field, path string) (value, ok bool) {
+func (p *decoder) boolean(f field, path string) (value, ok bool) {
 	n := deref(f.val)
 	if n.Kind == yaml.ScalarNode {
 		switch {
@@ -599,15 +484,20 @@ func (p *parser) boolean(f field, path string) (value, ok bool) {
 	return false, false
 }
 
-// uint32 returns the value of an integer in [lo, MaxUint32].
-func (p *parser) uint32(f field, path string, lo uint64) (uint32, bool) {
-	n := deref(f.val)
-	var v uint64
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil || v < lo || v > math.MaxUint32 {
-		p.errorf(n, path, "want an integer from %d to %d, got %s", lo, uint64(math.MaxUint32), describe(n))
-		return 0, false
+// uint32 returns a decoder of integers that fit in a uint32. lo is the
+// smallest value the field allows, named in the error; a value below it
+// still decodes, for Build to refuse, since that is a rule of the format
+// rather than of YAML.
+func (p *decoder) uint32(lo uint64) func(field, string) (uint32, bool) {
+	return func(f field, path string) (uint32, bool) {
+		n := deref(f.val)
+		var v uint64
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil || v > math.MaxUint32 {
+			p.errorf(n, path, "want an integer from %d to %d, got %s", lo, uint64(math.MaxUint32), describe(n))
+			return 0, false
+		}
+		return uint32(v), true
 	}
-	return uint32(v), true
 }
 
 // deref follows aliases to the node they name.

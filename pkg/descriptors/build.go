@@ -1,0 +1,442 @@
+package descriptors
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// MaxWindow is the longest window a limit may have (unit times
+// unit_multiplier): ten years of 365 days. It is ten times the longest unit
+// of envoyproxy/ratelimit (a year), far beyond any quota a deployment counts
+// while it runs, and small enough that no arithmetic on a window overflows:
+// the current time plus two windows (a counter's lifetime) fits in an int64
+// of nanoseconds until the year 2242, and a window in milliseconds is exact
+// in the float64 of a Redis Lua script. Build refuses a limit whose window is
+// longer, and the layer that reads a descriptor's limit override must refuse
+// one that is: Limit.Window saturates rather than overflows, so comparing it
+// with MaxWindow is safe for any unit and multiplier.
+const MaxWindow = 10 * 365 * 24 * time.Hour
+
+// maxWindowText says MaxWindow in words, for errors.
+const maxWindowText = "10 years of 365 days"
+
+const (
+	unitChoices = "second, minute, hour, day, week, month or year"
+	// minUnitMultiplier is the smallest unit_multiplier.
+	minUnitMultiplier = 1
+)
+
+// Build validates docs, each one domain, and returns the immutable Config
+// they make. It is the one place where the rules of the format are checked,
+// whatever the source: Load and Parse decode YAML files into Documents and
+// call it, and an xDS source converts RateLimitConfig resources into
+// Documents and calls it.
+//
+// Build returns every problem at once: nil and an errors.Join of *Error
+// values, sorted by file, line, column, path and message. Each Error has the
+// Document's File, the Pos of the field at fault (zero for a source without
+// positions, which Error.Error then leaves out) and the path of the field
+// ("descriptors[1].rate_limit.unit"). Warnings go to Config.Warnings the same
+// way. A FieldInvalid field or a nil entry in a list is an error too ("a
+// value its source could not decode"), so that no Config is made from a tree
+// with holes in it: a source that cannot convert something reports it
+// itself, as the YAML decoder does (Load and Parse then leave these out).
+// nil Documents are skipped, and Build never modifies the Documents, so a
+// caller may keep them; the Config shares their Metadata maps, which must
+// not change afterwards. No Documents at all give an empty Config. Build is
+// pure (no I/O, no logging) and safe for concurrent use.
+func Build(docs ...*Document) (*Config, error) {
+	return build(docs, nil)
+}
+
+// build builds docs, adding errs (problems the sources found) to the
+// builder's own.
+func build(docs []*Document, errs []*Error) (*Config, error) {
+	c := &Config{domains: make(map[string]*Domain)}
+	reported := make(map[string]bool) // files with problems from their source
+	for _, e := range errs {
+		reported[e.File] = true
+	}
+	var warns []*Error
+	for _, doc := range docs {
+		if doc == nil {
+			continue
+		}
+		b := &builder{report: report{file: doc.File}}
+		d := b.document(doc)
+		if d.Name != "" {
+			if first, ok := c.domains[d.Name]; ok {
+				b.errorAt(d.pos, "domain", "domain %s is already defined in %s (one domain per file; merge the two files)",
+					quote(d.Name), where(first.File, first.pos))
+			} else {
+				c.domains[d.Name] = d
+			}
+		}
+		errs = append(errs, b.errs...)
+		if !reported[doc.File] {
+			errs = append(errs, b.undecodable...)
+		}
+		warns = append(warns, b.warns...)
+		c.Files = append(c.Files, doc.File)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(asErrors(sortErrors(errs))...)
+	}
+	for _, d := range c.domains {
+		d.index = newIndex(d.Rules)
+		c.sorted = append(c.sorted, d)
+	}
+	slices.SortFunc(c.sorted, func(a, b *Domain) int { return cmp.Compare(a.Name, b.Name) })
+	slices.Sort(c.Files)
+	c.Warnings = asErrors(sortErrors(warns))
+	return c, nil
+}
+
+// builder validates one Document into a Domain, collecting its errors and
+// warnings.
+type builder struct {
+	report
+	names map[string]bool // limit names in the domain, for replaces
+	repl  []replaceRef
+	// undecodable lists the fields and entries that the source could not
+	// decode (FieldInvalid, nil entries). A source reports those itself;
+	// build reports these only for a document whose source reported
+	// nothing, so that no Config is made from a tree with holes in it.
+	undecodable []*Error
+}
+
+// state returns the state of f at path, recording a field that the source
+// could not decode (or a state that is none of the FieldStates) in
+// b.undecodable; both are FieldInvalid.
+func state[T any](b *builder, f Field[T], path string) FieldState {
+	if f.State == FieldAbsent || f.State == FieldSet {
+		return f.State
+	}
+	b.undecoded(f.Pos, path)
+	return FieldInvalid
+}
+
+// undecoded records that the source could not decode what is at path.
+func (b *builder) undecoded(pos Pos, path string) {
+	if len(b.undecodable) < maxErrors {
+		b.undecodable = append(b.undecodable, &Error{File: b.file, Line: pos.Line, Column: pos.Column, Path: path,
+			Msg: "a value its source could not decode"})
+	}
+}
+
+type replaceRef struct {
+	name string
+	pos  Pos
+	path string
+}
+
+// document builds the Domain of doc. The Domain is partial when b has
+// errors; its Name is "" when the domain is missing or empty.
+func (b *builder) document(doc *Document) *Domain {
+	d := &Domain{File: doc.File}
+	switch f := doc.Domain; state(b, f, "domain") {
+	case FieldAbsent:
+		b.errorAt(doc.Pos, "domain", "missing domain")
+	case FieldSet:
+		if f.Value == "" {
+			b.errorAt(f.Pos, "domain", "empty domain")
+		}
+		d.Name, d.pos = f.Value, f.Pos
+	}
+	if f := doc.FailureMode; state(b, f, "failure_mode") == FieldSet {
+		if mode, ok := ParseFailureMode(f.Value); ok {
+			d.FailureMode = mode
+		} else {
+			b.errorAt(f.Pos, "failure_mode", "unknown failure_mode %s (want error, allow or deny)", quote(f.Value))
+		}
+	}
+	b.names = make(map[string]bool)
+	d.Rules = b.descriptors(doc.Descriptors, "descriptors", d.Name+".", nil, 1)
+	for _, r := range b.repl {
+		if !b.names[r.name] {
+			b.warnAt(r.pos, r.path, "replaces %s, which names no limit in domain %s", quote(r.name), quote(d.Name))
+		}
+	}
+	return d
+}
+
+// descriptors builds the rules of one level at path. prefix is the FullKey
+// of the parent plus ".", lineage the parent's Lineage, depth the level
+// (1 for the top).
+func (b *builder) descriptors(nodes []*Node, path, prefix string, lineage []*Rule, depth int) []*Rule {
+	if len(nodes) == 0 {
+		return nil
+	}
+	if depth > maxDepth {
+		b.errorAt(firstPos(nodes), path, "%s", depthMessage)
+		return nil
+	}
+	type sibling struct {
+		pos  Pos
+		path string
+	}
+	seen := make(map[Entry]sibling)
+	var rules []*Rule
+	for i, n := range nodes {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		if n == nil {
+			b.undecoded(Pos{}, ipath)
+			continue
+		}
+		r := b.rule(n, ipath, prefix, lineage, depth)
+		rules = append(rules, r)
+		if r.Key == "" {
+			continue
+		}
+		e := Entry{r.Key, r.Value}
+		if first, dup := seen[e]; dup {
+			what := fmt.Sprintf("key %s with value %s", quote(r.Key), quote(r.Value))
+			if r.Value == "" {
+				what = fmt.Sprintf("key %s without a value", quote(r.Key))
+			}
+			at := first.path
+			if first.pos.Line > 0 {
+				at = fmt.Sprintf("line %d, column %d", first.pos.Line, first.pos.Column)
+			}
+			b.errorAt(n.Pos, ipath, "duplicate descriptor: %s is already at %s", what, at)
+			continue
+		}
+		seen[e] = sibling{n.Pos, ipath}
+	}
+	return rules
+}
+
+// depthMessage is the error for descriptors nested deeper than maxDepth,
+// which the YAML decoder also reports (it must stop there, since an alias
+// can make a list contain itself).
+var depthMessage = fmt.Sprintf("descriptors nested more than %d deep", maxDepth)
+
+func firstPos(nodes []*Node) Pos {
+	for _, n := range nodes {
+		if n != nil {
+			return n.Pos
+		}
+	}
+	return Pos{}
+}
+
+// rule builds the Rule of node n at path.
+func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int) *Rule {
+	r := &Rule{File: b.file, Line: n.Pos.Line, Column: n.Pos.Column}
+	switch f := n.Key; state(b, f, path+".key") {
+	case FieldAbsent:
+		b.errorAt(n.Pos, path+".key", "missing key")
+	case FieldSet:
+		if f.Value == "" {
+			b.errorAt(f.Pos, path+".key", "empty key")
+		}
+		r.Key = f.Value
+	}
+	if state(b, n.Value, path+".value") == FieldSet {
+		r.Value = n.Value.Value
+	}
+	if r.Wildcard = strings.Contains(r.Value, "*"); r.Wildcard {
+		r.segments = strings.Split(r.Value, "*")
+	}
+	r.FullKey = prefix + r.Key
+	if r.Value != "" {
+		r.FullKey += "_" + r.Value
+	}
+	r.Lineage = make([]*Rule, len(lineage)+1)
+	copy(r.Lineage, lineage)
+	r.Lineage[len(lineage)] = r
+
+	r.ShadowMode, r.QuotaMode, r.DetailedMetric = n.ShadowMode, n.QuotaMode, n.DetailedMetric
+	r.ValueToMetric, r.ShareThreshold = n.ValueToMetric, n.ShareThreshold
+	r.Metadata = n.Metadata
+	if n.RateLimit != nil {
+		r.Limit, r.Unlimited = b.rateLimit(n.RateLimit, path+".rate_limit")
+	}
+	r.Children = b.descriptors(n.Descriptors, path+".descriptors", r.FullKey+".", r.Lineage, depth+1)
+	if n.RateLimit == nil && len(r.Children) == 0 {
+		b.warnAt(n.Pos, path, "no rate_limit and no descriptors: a request that matches here is never limited")
+	}
+	return r
+}
+
+// rateLimit builds a rate_limit at path. It returns the Limit (nil when
+// unlimited or when whether it is unlimited is unknown) and whether it is
+// unlimited.
+func (b *builder) rateLimit(rl *RateLimitNode, path string) (*Limit, bool) {
+	l := &Limit{UnitMultiplier: 1}
+	if state(b, rl.Name, path+".name") == FieldSet && rl.Name.Value != "" {
+		l.Name = rl.Name.Value
+		b.names[l.Name] = true
+	}
+	l.Replaces = b.replaces(rl.Replaces, path+".replaces", l.Name)
+	switch unlimited := state(b, rl.Unlimited, path+".unlimited"); {
+	case unlimited == FieldInvalid:
+		return nil, false // whether unit and requests_per_unit belong here is unknown
+	case unlimited == FieldSet && rl.Unlimited.Value:
+		b.unlimited(rl, path, len(l.Replaces) > 0)
+		return nil, true
+	}
+	b.limit(rl, path, l)
+	return l, false
+}
+
+// unlimited reports the fields that make no sense on an unlimited limit.
+func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
+	for _, f := range []struct {
+		key   string
+		state FieldState
+		pos   Pos
+	}{
+		{"unit", state(b, rl.Unit, path+".unit"), rl.Unit.KeyPos},
+		{"requests_per_unit", state(b, rl.RequestsPerUnit, path+".requests_per_unit"), rl.RequestsPerUnit.KeyPos},
+		{"unit_multiplier", state(b, rl.UnitMultiplier, path+".unit_multiplier"), rl.UnitMultiplier.KeyPos},
+		{"algorithm", state(b, rl.Algorithm, path+".algorithm"), rl.Algorithm.KeyPos},
+	} {
+		if f.state == FieldSet {
+			b.errorAt(f.pos, path+"."+f.key, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", f.key)
+		}
+	}
+	if replaces {
+		// Rule.Limit is nil for an unlimited rule, so the names would be
+		// lost; envoyproxy/ratelimit accepts them, so only warn.
+		b.warnAt(rl.Replaces.KeyPos, path+".replaces", "replaces with unlimited: true has no effect (an unlimited limit is never checked, so it replaces nothing)")
+	}
+}
+
+// limit fills l from the counting fields of rl: unit, requests_per_unit,
+// unit_multiplier (within MaxWindow) and algorithm.
+func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
+	switch f := rl.Unit; state(b, f, path+".unit") {
+	case FieldAbsent:
+		b.errorAt(rl.Pos, path+".unit", "missing unit (want %s)", unitChoices)
+	case FieldSet:
+		if u, ok := ParseUnit(f.Value); ok {
+			l.Unit = u
+		} else {
+			b.errorAt(f.Pos, path+".unit", "unknown unit %s (want %s)", quote(f.Value), unitChoices)
+		}
+	}
+	switch f := rl.RequestsPerUnit; state(b, f, path+".requests_per_unit") {
+	case FieldAbsent:
+		b.errorAt(rl.Pos, path+".requests_per_unit", "missing requests_per_unit (0 or more; use unlimited: true for no limit)")
+	case FieldSet:
+		l.RequestsPerUnit = f.Value
+	}
+	if f := rl.UnitMultiplier; state(b, f, path+".unit_multiplier") == FieldSet {
+		switch {
+		case f.Value < minUnitMultiplier:
+			b.errorAt(f.Pos, path+".unit_multiplier", "want an integer from %d to %d, got the integer %d", minUnitMultiplier, uint64(math.MaxUint32), f.Value)
+		case l.Unit != UnitUnknown && (&Limit{Unit: l.Unit, UnitMultiplier: f.Value}).Window() > MaxWindow:
+			// A unit alone is at most a year, so only a multiplier makes a
+			// window too long.
+			b.errorAt(f.Pos, path+".unit_multiplier", "want an integer from %d to %d with unit %s (a window is at most %s), got the integer %d",
+				minUnitMultiplier, MaxWindow/l.Unit.Duration(), l.Unit, maxWindowText, f.Value)
+		default:
+			l.UnitMultiplier = f.Value
+		}
+	}
+	if f := rl.Algorithm; state(b, f, path+".algorithm") == FieldSet {
+		if a, ok := limiter.ParseAlgorithm(f.Value); ok {
+			l.Algorithm = a
+		} else {
+			b.errorAt(f.Pos, path+".algorithm", "unknown algorithm %s (want sliding_window)", quote(f.Value))
+		}
+	}
+}
+
+// replaces builds rate_limit.replaces at path for the limit called self.
+func (b *builder) replaces(f Field[[]*ReplaceNode], path, self string) []string {
+	if state(b, f, path) != FieldSet {
+		return nil
+	}
+	var names []string
+	for i, item := range f.Value {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		if item == nil {
+			b.undecoded(f.Pos, ipath)
+			continue
+		}
+		switch name := item.Name; {
+		case state(b, name, ipath+".name") == FieldAbsent:
+			b.errorAt(item.Pos, ipath+".name", "missing name (the name of the limit to replace)")
+		case name.State != FieldSet:
+		case name.Value == "":
+			b.errorAt(name.Pos, ipath+".name", "empty name (want the name of the limit to replace)")
+		case name.Value == self:
+			b.errorAt(name.Pos, ipath+".name", "limit %s replaces itself", quote(name.Value))
+		default:
+			names = append(names, name.Value)
+			b.repl = append(b.repl, replaceRef{name.Value, name.Pos, ipath + ".name"})
+		}
+	}
+	return names
+}
+
+// where formats a position in file for a message: "file:line:col", or the
+// file alone for a source without positions.
+func where(file string, pos Pos) string {
+	if pos.Line > 0 {
+		return fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Column)
+	}
+	return file
+}
+
+// report collects the errors and warnings of one document. After maxErrors
+// errors it reports one more, that it stopped, and then nothing, so that a
+// hostile input cannot make an unbounded list.
+type report struct {
+	file  string
+	errs  []*Error
+	warns []*Error
+	stop  bool
+}
+
+func (r *report) errorAt(pos Pos, path, format string, args ...any) {
+	if r.stop {
+		return
+	}
+	if len(r.errs) >= maxErrors {
+		r.stop = true
+		r.errs = append(r.errs, &Error{File: r.file, Line: pos.Line, Column: pos.Column,
+			Msg: fmt.Sprintf("too many errors (more than %d); stopping", maxErrors)})
+		return
+	}
+	r.errs = append(r.errs, &Error{File: r.file, Line: pos.Line, Column: pos.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (r *report) warnAt(pos Pos, path, format string, args ...any) {
+	r.warns = append(r.warns, &Error{File: r.file, Line: pos.Line, Column: pos.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// sortErrors sorts errs by file, line, column, path and message and drops
+// exact repeats (a YAML alias can report one node's problem twice).
+func sortErrors(errs []*Error) []*Error {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		return cmp.Or(
+			cmp.Compare(a.File, b.File),
+			cmp.Compare(a.Line, b.Line),
+			cmp.Compare(a.Column, b.Column),
+			cmp.Compare(a.Path, b.Path),
+			cmp.Compare(a.Msg, b.Msg),
+		)
+	})
+	return slices.CompactFunc(errs, func(a, b *Error) bool { return *a == *b })
+}
+
+func asErrors(errs []*Error) []error {
+	if len(errs) == 0 {
+		return nil
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return out
+}

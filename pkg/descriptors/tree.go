@@ -1,0 +1,127 @@
+package descriptors
+
+// This file holds the source-neutral tree that every config source decodes
+// into and Build validates: the YAML decoder (decode.go) makes one Document
+// per file, and an xDS source makes one per RateLimitConfig resource. The
+// tree holds what the source said, where it said it, and nothing checked:
+// every rule of the format lives in Build.
+
+// Pos is a position in a source: a 1-based line and column. The zero Pos
+// means the source has no positions (an xDS resource); errors at it carry
+// only the source name and the path.
+type Pos struct {
+	Line, Column int
+}
+
+// FieldState says whether a source gave a field.
+type FieldState uint8
+
+const (
+	// FieldAbsent is a field the source did not give. Build reports the
+	// fields that must be given ("missing unit").
+	FieldAbsent FieldState = iota
+	// FieldSet is a field the source gave and decoded into Value.
+	FieldSet
+	// FieldInvalid is a field the source gave but could not decode (a list
+	// where a string belongs), or a misspelled key it took for this one.
+	// The YAML decoder reports it and Build checks nothing more about it,
+	// so that one mistake is one error; Build called directly refuses it.
+	FieldInvalid
+)
+
+// Field is one scalar of the tree (a key, a unit, a count): its value,
+// whether the source gave it, and where. The zero Field is absent.
+type Field[T any] struct {
+	// Value is the decoded value, meaningful when State is FieldSet.
+	Value T
+	// State says whether the source gave the field.
+	State FieldState
+	// KeyPos is where the field's key is written and Pos where its value
+	// is; both zero for a source without positions.
+	KeyPos, Pos Pos
+}
+
+// Set returns a Field holding v, given by the source, with no position: the
+// form a source without positions (xDS) uses for every field it has.
+func Set[T any](v T) Field[T] {
+	return Field[T]{Value: v, State: FieldSet}
+}
+
+// Document is one domain as a source gives it: one YAML file, or one xDS
+// RateLimitConfig resource. Build turns a set of Documents into a Config.
+type Document struct {
+	// File names the source in errors, warnings, Config.Files and
+	// Rule.File: a file path, or "xds:" and the resource name.
+	File string
+	// Pos is where the document's root is, for errors about a missing
+	// field (the zero Pos for a source without positions).
+	Pos Pos
+	// Domain is the domain name; it must be given and non-empty.
+	Domain Field[string]
+	// FailureMode is failure_mode (a Sluice addition): "error", "allow" or
+	// "deny", case-insensitively, or absent.
+	FailureMode Field[string]
+	// Descriptors are the top-level descriptors, in source order. A nil
+	// entry is one the source could not decode (the YAML decoder's, with
+	// its error); it keeps the index of every entry after it in paths.
+	Descriptors []*Node
+}
+
+// Node is one descriptor: the source's form of a Rule (RateLimitDescriptor
+// in the xDS proto).
+type Node struct {
+	// Pos is where the descriptor is (its mapping), for errors about it as
+	// a whole and about missing fields.
+	Pos Pos
+	// Key must be given and non-empty. Value "" (or absent) makes a
+	// key-only descriptor, which matches any value.
+	Key, Value Field[string]
+	// RateLimit is rate_limit, nil when absent or null (a rule without a
+	// limit, or one the source could not decode).
+	RateLimit *RateLimitNode
+	// Descriptors are the nested descriptors, with nil entries as in
+	// Document.Descriptors.
+	Descriptors []*Node
+	// ShadowMode, QuotaMode, DetailedMetric, ValueToMetric and
+	// ShareThreshold are the node's flags (false when absent).
+	ShadowMode, QuotaMode, DetailedMetric, ValueToMetric, ShareThreshold bool
+	// Metadata is the metadata block as decoded YAML (maps, lists, strings,
+	// numbers, bools), nil when absent; the xDS proto has none.
+	Metadata map[string]any
+}
+
+// RateLimitNode is the rate_limit of a Node (RateLimitPolicy in the xDS
+// proto).
+type RateLimitNode struct {
+	// Pos is where the rate_limit is (its mapping), for errors about
+	// missing fields.
+	Pos Pos
+	// Name is rate_limit.name; absent and "" both mean no name.
+	Name Field[string]
+	// Replaces is rate_limit.replaces; its entries are nil for items the
+	// source could not decode, as in Document.Descriptors.
+	Replaces Field[[]*ReplaceNode]
+	// Unit is the unit as spelled ("minute", "MINUTE"); Build parses it.
+	Unit Field[string]
+	// RequestsPerUnit is requests_per_unit. A source without field
+	// presence (proto3) sets it when it is not 0 or the limit is not
+	// unlimited, since 0 is a valid limit that denies every hit.
+	RequestsPerUnit Field[uint32]
+	// Unlimited is rate_limit.unlimited.
+	Unlimited Field[bool]
+	// UnitMultiplier is unit_multiplier (a Sluice addition): 1 or more when
+	// set, 1 when absent.
+	UnitMultiplier Field[uint32]
+	// Algorithm is algorithm (a Sluice addition) as spelled; Build parses
+	// it.
+	Algorithm Field[string]
+}
+
+// ReplaceNode is one entry of rate_limit.replaces.
+type ReplaceNode struct {
+	// Pos is where the entry is, for an error about a missing name.
+	Pos Pos
+	// Name is the name of the limit replaced: given, non-empty, and not
+	// the name of the limit that holds it.
+	Name Field[string]
+}
