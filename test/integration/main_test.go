@@ -73,7 +73,7 @@ func (s *sluice) Log() string {
 // end of the test, requiring exit status 0.
 func startSluice(t *testing.T, args ...string) *sluice {
 	t.Helper()
-	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
 	s := &sluice{cmd: exec.Command(binary, args...), exited: make(chan error, 1)}
 	s.cmd.Dir = "../.."
 	stderr, err := s.cmd.StderrPipe()
