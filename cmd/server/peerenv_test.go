@@ -323,3 +323,16 @@ func TestPeerBadValue(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// TestMigratingTable keeps docs/MIGRATING.md's table equal to peerVars.
+func TestMigratingTable(t *testing.T) {
+	doc, err := readFile("../../docs/MIGRATING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	writePeerTable(&b)
+	if !strings.Contains(doc, b.String()) {
+		t.Errorf("docs/MIGRATING.md does not hold the table of envoyproxy/ratelimit's settings; paste this:\n%s", b.String())
+	}
+}
