@@ -56,7 +56,7 @@ type sluice struct {
 	DebugAddr   string // "" when the debug listener is off
 	MetricsAddr string // "" without --metrics-addr
 	Client      rlsv3.RateLimitServiceClient
-	Conn     *grpc.ClientConn
+	Conn        *grpc.ClientConn
 
 	mu     sync.Mutex
 	stderr strings.Builder
