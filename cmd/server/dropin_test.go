@@ -284,3 +284,29 @@ func TestSettingsCaseInsensitive(t *testing.T) {
 		t.Errorf("settings %q %q %q %v %q", s.LogLevel, s.FailureMode, s.ResponseHeaders, s.RawBody, s.LogFormat)
 	}
 }
+
+// TestConfigTree: with --config-tree (envoyproxy/ratelimit's runtime
+// layout) every file below the directory loads, whatever its extension, a
+// change in a subdirectory reloads, and dotfiles load only with
+// --config-dotfiles; /config shows the version.
+func TestConfigTree(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "team", "a")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(sub, "limits.conf"), limitConfig(5))
+	write(t, filepath.Join(dir, ".other"), "domain: dotted\n")
+	r := launch(t, "--config", dir, "--config-tree", "--reload-debounce", "50ms")
+	eventually(t, r.client, 5, "a .conf file two levels down")
+	write(t, filepath.Join(sub, "limits.conf"), limitConfig(6))
+	eventually(t, r.client, 6, "an edit in a subdirectory")
+	cfg := getConfig(t, r.srv)
+	if files, _ := cfg["files"].([]any); len(files) != 1 || cfg["version"] == "" || cfg["version"] == nil {
+		t.Errorf("/config = %v, want one file (the dotfile skipped) and a version", cfg)
+	}
+	r2 := launch(t, "--config", dir, "--config-tree", "--config-dotfiles")
+	if files, _ := getConfig(t, r2.srv)["files"].([]any); len(files) != 2 {
+		t.Errorf("with --config-dotfiles: files %v, want the dotfile too", files)
+	}
+}

@@ -103,7 +103,7 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	}
 	// A bad config at start is not fatal: Sluice serves NOT_SERVING (and
 	// answers UNAVAILABLE) until a fixed config is loaded by the watcher.
-	files := newFileSource(s.Config, s.ReloadDebounce, log)
+	files := newFileSource(s.Config, s.selection(), s.ReloadDebounce, log)
 	srv.config = newConfigState(srv.reg, srv.core, files, log)
 	srv.config.version = versionString()
 	files.load(srv.config.deliver)

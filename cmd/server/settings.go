@@ -417,6 +417,16 @@ func (s *settings) validateDropIn() error {
 	return nil
 }
 
+// selection is which files of a --config directory are loaded: *.yaml and
+// *.yml, or with --config-tree every file below it (envoyproxy/ratelimit's
+// layout), dotfiles per --config-dotfiles.
+func (s *settings) selection() descriptors.Selection {
+	if !s.ConfigTree {
+		return descriptors.YAMLFiles
+	}
+	return descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
+}
+
 // compatNames is CompatNames, validated.
 func (s *settings) compatNames() [3]string {
 	n := strings.Split(s.CompatNames, ",")

@@ -426,3 +426,42 @@ func (p *testPKI) write(t *testing.T, name, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestPeerRuntimeLayout: envoyproxy/ratelimit's config layout from its
+// variables alone: every file below RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+// RUNTIME_APPDIRECTORY, whatever its extension, subdirectories and (with
+// RUNTIME_IGNOREDOTFILES=false, the peer's default) dotfiles included, a
+// ConfigMap's ..data never loaded twice; on the in-memory store (no
+// REDIS_URL).
+func TestPeerRuntimeLayout(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rl", "rules")
+	if err := os.MkdirAll(filepath.Join(dir, "team"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	configMapMount(t, dir, map[string]string{"edge.yaml": "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"})
+	if err := os.WriteFile(filepath.Join(dir, "team", "limits"), []byte("domain: team\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".dotted.cfg"), []byte("domain: dotted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary)
+	cmd.Env = []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_APPDIRECTORY=rules", "RUNTIME_IGNOREDOTFILES=false",
+		"PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_PORT=0", "LOG_FORMAT=json"}
+	s := startCmd(t, cmd)
+	code, body := httpGet(t, "http://"+loopback(t, s.HTTPAddr)+"/config")
+	var cfg struct{ Domains []string }
+	if err := json.Unmarshal([]byte(body), &cfg); code != 200 || err != nil || strings.Join(cfg.Domains, ",") != "dotted,edge,team" {
+		t.Errorf("/config = %d %s, want the domains dotted, edge and team", code, body)
+	}
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), request("team", []string{"k", "v"}))
+	if err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 2 {
+		t.Errorf("team k=v: %v %v, want 2 remaining of 3", resp, err)
+	}
+}
