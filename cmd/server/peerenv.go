@@ -524,9 +524,19 @@ func peerRedis(p *peerEnv, name, _ string) error {
 		}
 	}
 	raw := p.getOr("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	socket := strings.ToLower(p.getOr("REDIS_SOCKET_TYPE", "unix"))
-	if socket != "unix" && socket != "tcp" {
+	// The peer's default socket type is unix; a REDIS_URL that is plainly
+	// host:port (a new user's REDIS_URL=127.0.0.1:6379) means TCP.
+	defSocket := "unix"
+	if !strings.HasPrefix(raw, "/") && !strings.HasPrefix(raw, ".") {
+		defSocket = "tcp"
+	}
+	socket := strings.ToLower(p.getOr("REDIS_SOCKET_TYPE", defSocket))
+	switch {
+	case socket != "unix" && socket != "tcp":
 		return fmt.Errorf("REDIS_SOCKET_TYPE=%q (envoyproxy/ratelimit's setting): want tcp or unix", socket)
+	case socket == "unix" && defSocket == "tcp" && !strings.Contains(raw, "://"):
+		return fmt.Errorf("REDIS_SOCKET_TYPE=unix with REDIS_URL=%q (envoyproxy/ratelimit's settings): a unix socket is a path; "+
+			"for host:port set REDIS_SOCKET_TYPE=tcp", redis.Redacted(raw))
 	}
 	user, pass, hasUser := strings.Cut(p.get("REDIS_AUTH"), ":")
 	if !hasUser {
@@ -725,7 +735,7 @@ var peerVars = []peerVar{
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "`--compat-header-names` (with `LIMIT_RESPONSE_HEADERS_ENABLED=true`)", compatHeaders},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", "`--compat-header-names` (with `LIMIT_RESPONSE_HEADERS_ENABLED=true`)", compatHeaders},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", "`--healthcheck-requires=config`: `/healthcheck` answers 500 until a config is loaded", healthcheck},
-	{"REDIS_SOCKET_TYPE", "unix", "`unix`: `--redis-url=unix://PATH`; `tcp`: `redis://HOST:PORT`", redisVar},
+	{"REDIS_SOCKET_TYPE", "unix", "`unix`: `--redis-url=unix://PATH`; `tcp`: `redis://HOST:PORT` (unset: `tcp` when `REDIS_URL` is `host:port`, `unix` when it is a path)", redisVar},
 	{"REDIS_TYPE", "SINGLE", "`single`: `--redis-url`; `sentinel`: `--redis-sentinel-master`, `--redis-sentinel-addrs`; `cluster`: `--redis-cluster-addrs` (any case)", redisVar},
 	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", "the peer's forms: `host:port` or a socket path; sentinel `master,host:port,...`; cluster `host:port,...`; a `redis://` URL as is", redisVar},
 	{"REDIS_POOL_SIZE", "10", "`--redis-pool-size` (connections per node)", direct("redis-pool-size", "int")},

@@ -150,6 +150,8 @@ var peerCases = []struct{ env, want string }{
 	{"REDIS_TYPE=sentinel REDIS_URL=s1:26379", "error: want the master name and the sentinels"},
 	{"REDIS_TYPE=ring REDIS_URL=r:1", "error: REDIS_TYPE=\"ring\""},
 	{"REDIS_URL=/var/run/redis.sock", "redis-url=unix:///var/run/redis.sock"},
+	{"REDIS_URL=127.0.0.1:6390 RUNTIME_ROOT=/data USE_STATSD=false", "redis-url=redis://127.0.0.1:6390 config=/data/config config-tree=true config-dotfiles=true"},
+	{"REDIS_URL=h:6379 REDIS_SOCKET_TYPE=unix", "error: a unix socket is a path"},
 	{"REDIS_URL=redis://u:p@h:6380/2 REDIS_SOCKET_TYPE=tcp", "redis-url=redis://u:p@h:6380/2"},
 	{"REDIS_POOL_SIZE=20", "redis-pool-size=20"},
 	{"REDIS_AUTH=s3cret REDIS_URL=h:6379 REDIS_SOCKET_TYPE=tcp", "redis-url=redis://:s3cret@h:6379"},
