@@ -279,8 +279,10 @@ func configType(p *peerEnv, name, v string) error {
 		p.note(name, v, "config from files (RUNTIME_* or --config)")
 		return nil
 	case "GRPC_XDS_SOTW":
-		// The xDS config source will read CONFIG_GRPC_XDS_* and
-		// XDS_CLIENT_* here (peerXDSVars) and set its own settings.
+		// Where the xDS config source plugs in: set its settings here
+		// (p.set) and let xdsVar, the apply function of every
+		// CONFIG_GRPC_XDS_* and XDS_CLIENT_* entry of peerVars, map those
+		// variables instead of warning about them.
 		return errPeerXDS
 	}
 	return fmt.Errorf("%s=%q (envoyproxy/ratelimit's setting): want FILE or GRPC_XDS_SOTW", name, v)
