@@ -8,10 +8,11 @@ FUZZTIME ?= 10s
 
 test: deps vet unit fuzz
 
+# The compose file is checked by compose-go, a Go library (no binary).
 deps:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v docker-compose >/dev/null || { \
-		echo "installing redis-server, redis-tools (Redis and integration tests) and docker-compose (compose file check)"; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-tools docker-compose >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+		echo "installing redis-server and redis-tools (Redis and integration tests)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; }
 	@redis-server --version
 
 vet:
@@ -34,13 +35,16 @@ fuzz:
 	done
 
 # envoyproxy/ratelimit's own configs must load (valid/) or be refused with a
-# positioned error (invalid/). They live in shared/compat beside the
-# repository, not in it, hence a target of their own (CI runs it).
+# positioned error (invalid/), and test/integration's copies of the Istio and
+# Envoy Gateway Deployments must match the originals. They live in
+# shared/compat beside the repository, not in it, hence a target of their own
+# (CI runs it).
 compat:
-	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/
+	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./test/integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# bin/sluice, stamped with the version git describes (--version, /config).
 build:
-	$(GO) build -o bin/sluice ./cmd/server
+	$(GO) build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/sluice ./cmd/server

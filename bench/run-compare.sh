@@ -20,7 +20,7 @@ trap 'kill $(cat "$tmp/redis.pid") 2>/dev/null; rm -rf "$tmp"' EXIT
 sleep 0.5
 
 start_server() { # args: extra flags
-	"$tmp/sluice" --config bench/loadtest.yaml --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+	"$tmp/sluice" --config bench/loadtest.yaml --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --debug-addr 127.0.0.1:0 \
 		--log-format json --store-timeout 100ms "$@" 2>"$tmp/server.log" &
 	server_pid=$!
 	for _ in $(seq 100); do

@@ -20,7 +20,7 @@ go build -o "$bin/sluice" ./cmd/server
 go build -o "$bin/loadgen" ./cmd/loadgen
 
 start_server() {
-	"$bin/sluice" --config bench/loadtest.yaml --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+	"$bin/sluice" --config bench/loadtest.yaml --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --debug-addr 127.0.0.1:0 \
 		--log-format json --log-level info 2>"$bin/server.log" &
 	server_pid=$!
 	for _ in $(seq 100); do

@@ -93,7 +93,7 @@ func startSluice(t *testing.T) string {
 		t.Fatalf("go build cmd/server: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "--config", "../../bench/loadtest.yaml",
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json")
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0", "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

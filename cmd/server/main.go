@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -26,14 +27,56 @@ func main() {
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
+// versionString is the version the binary reports (--version, /config):
+// the -ldflags stamp, else the module version or VCS revision Go recorded.
+func versionString() string {
+	if version != "dev" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			rev = kv.Value
+		case "vcs.modified":
+			dirty = kv.Value == "true"
+		}
+	}
+	if rev == "" {
+		return version
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "dev-" + rev
+}
+
 // cli runs one invocation and returns the process exit code: 0 on success or
 // a clean shutdown, 1 on a runtime failure or an invalid config, 2 on bad
-// usage.
+// usage. Help goes to stdout, errors to stderr.
 func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) > 0 && args[0] == "check" {
-		return check(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "check":
+			return check(args[1:], stdout, stderr)
+		case "version":
+			fmt.Fprintf(stdout, "sluice %s\n", versionString())
+			return 0
+		case "help":
+			args = []string{"--help"}
+		}
 	}
-	s, err := parseSettings(args, getenv, stderr)
+	s, err := parseSettings(args, getenv, stdout)
 	if err != nil {
 		if errors.Is(err, flagErrHelp) {
 			return 0
@@ -42,7 +85,7 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return 2
 	}
 	if s.Version {
-		fmt.Fprintf(stdout, "sluice %s\n", version)
+		fmt.Fprintf(stdout, "sluice %s\n", versionString())
 		return 0
 	}
 	log, err := newLogger(s, stderr)
@@ -51,6 +94,7 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return 2
 	}
 	defer log.Sync()
+	logSettings(log, s, os.Environ())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -66,11 +110,24 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	return 0
 }
 
+// checkUsage is the help of the check subcommand.
+const checkUsage = `usage: sluice check PATH...
+
+Loads the descriptor configs at each PATH (a YAML file, or a directory of
+*.yaml and *.yml files) as the server would, prints every error as
+file:line:col: path: message and every warning, and exits 1 if there was an
+error, 0 if not (2 on bad usage). It needs no Redis and binds no port.
+`
+
 // check validates the configs at paths, prints every error and warning, and
 // returns 1 if any error was found.
 func check(paths []string, stdout, stderr io.Writer) int {
+	if len(paths) == 1 && (paths[0] == "-h" || paths[0] == "--help" || paths[0] == "-help") {
+		fmt.Fprint(stdout, checkUsage)
+		return 0
+	}
 	if len(paths) == 0 {
-		fmt.Fprintln(stderr, "usage: sluice check PATH...")
+		fmt.Fprint(stderr, checkUsage)
 		return 2
 	}
 	cfg, err := descriptors.Load(paths...)
@@ -100,6 +157,24 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// logSettings logs, once at start, what envoyproxy/ratelimit's variables
+// set (info), the ones Sluice does not apply with what it does instead (one
+// warning line), and SLUICE_* variables that are no setting (one warning
+// line).
+func logSettings(log *zap.Logger, s *settings, environ []string) {
+	if s.peer != nil {
+		if a := s.peer.applied(); len(a) > 0 {
+			log.Info("envoyproxy/ratelimit settings applied", zap.Strings("settings", a))
+		}
+		if len(s.peer.warnings) > 0 {
+			log.Warn("envoyproxy/ratelimit settings that Sluice does not apply, and what it does instead", zap.Strings("settings", s.peer.warnings))
+		}
+	}
+	if w := unknownEnv(environ); len(w) > 0 {
+		log.Warn("unknown SLUICE_* variables", zap.Strings("variables", w))
+	}
 }
 
 // newLogger builds the process logger: JSON, or console on a terminal when

@@ -67,9 +67,10 @@ func (si sourceInfo) fields() []zap.Field {
 // outcome of the last load, for /config, the metrics and the logs. It is
 // safe for concurrent use.
 type configState struct {
-	sink configSink
-	src  configSource
-	log  *zap.Logger
+	sink    configSink
+	src     configSource
+	log     *zap.Logger
+	version string // the binary's, for /config; set before use
 
 	mu       sync.Mutex
 	files    []string
@@ -148,13 +149,14 @@ func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 func (cs *configState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	cs.mu.Lock()
 	out := struct {
+		Version   string     `json:"version"`
 		Source    sourceInfo `json:"source"`
 		Files     []string   `json:"files"`
 		Domains   []string   `json:"domains"`
 		LoadedAt  *time.Time `json:"loaded_at,omitempty"`
 		LastError []string   `json:"last_error,omitempty"`
 		ErrorAt   *time.Time `json:"last_error_at,omitempty"`
-	}{Source: cs.src.Info(), Files: cs.files, Domains: cs.domains, LastError: cs.lastErr}
+	}{Version: cs.version, Source: cs.src.Info(), Files: cs.files, Domains: cs.domains, LastError: cs.lastErr}
 	if !cs.loadedAt.IsZero() {
 		t := cs.loadedAt
 		out.LoadedAt = &t

@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,8 +23,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
-	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -66,7 +68,9 @@ type server struct {
 	http     *http.Server
 	grpcLn   net.Listener
 	httpLn   net.Listener
+	extra    []extraListener // the debug and metrics listeners, when set
 	stopping atomic.Bool
+	storeUp  atomic.Bool // the store answered the last health check's ping
 }
 
 // newServer loads the config, opens the store and binds both listeners. On
@@ -77,8 +81,13 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	defer func() {
 		if err != nil {
 			// serve never ran: release what was acquired, listeners included.
-			if srv.grpcLn != nil {
-				srv.grpcLn.Close()
+			for _, ln := range []net.Listener{srv.grpcLn, srv.httpLn} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+			for _, x := range srv.extra {
+				x.ln.Close()
 			}
 			srv.close()
 		}
@@ -94,27 +103,17 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	}
 	// A bad config at start is not fatal: Sluice serves NOT_SERVING (and
 	// answers UNAVAILABLE) until a fixed config is loaded by the watcher.
-	files := newFileSource(s.Config, s.ReloadDebounce, log)
+	files := newFileSource(s.Config, s.selection(), s.ReloadDebounce, log)
 	srv.config = newConfigState(srv.reg, srv.core, files, log)
+	srv.config.version = versionString()
 	files.load(srv.config.deliver)
 
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle})}
-	if s.GRPCTLSCert != "" {
-		creds, err := serverTLS(s)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.Creds(creds))
+	if err := srv.newGRPC(); err != nil {
+		return nil, err
 	}
-	srv.grpc = grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
-	srv.health = health.NewServer()
-	healthpb.RegisterHealthServer(srv.grpc, srv.health)
-	reflection.Register(srv.grpc)
-
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /healthcheck", srv.healthcheck)
 	mux.HandleFunc("GET /readyz", srv.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /config", srv.config)
@@ -124,13 +123,49 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	srv.http = &http.Server{Handler: mux, ReadHeaderTimeout: min(5*time.Second, s.HTTPReadTimeout), ReadTimeout: s.HTTPReadTimeout,
 		IdleTimeout: httpIdleTimeout, MaxHeaderBytes: httpMaxHeaderBytes}
 
-	if srv.grpcLn, err = net.Listen("tcp", s.GRPCAddr); err != nil {
+	if srv.grpcLn, err = listen(s.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)
 	}
 	if srv.httpLn, err = net.Listen("tcp", s.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("--http-addr: %w", err)
 	}
+	if err := srv.bindExtra(); err != nil {
+		return nil, err
+	}
 	return srv, nil
+}
+
+// newGRPC builds the gRPC server: the rate limit service, health and
+// reflection, with TLS when the settings ask for it. Connections are closed
+// after --grpc-max-connection-age (gRPC adds ±10% jitter), as
+// envoyproxy/ratelimit does, so that Envoy's connections spread over
+// replicas that were added since.
+func (srv *server) newGRPC() error {
+	s := srv.set
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
+			MaxConnectionAge: ageOrInfinity(s.GRPCMaxAge), MaxConnectionAgeGrace: ageOrInfinity(s.GRPCMaxAgeGrace)})}
+	if s.GRPCTLSCert != "" {
+		creds, err := serverTLS(s)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	srv.grpc = grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
+	srv.health = health.NewServer()
+	healthpb.RegisterHealthServer(srv.grpc, srv.health)
+	reflection.Register(srv.grpc)
+	return nil
+}
+
+// ageOrInfinity is d, with 0 meaning no limit.
+func ageOrInfinity(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return d
 }
 
 // newServices builds the decision core on the store and the Envoy rate
@@ -145,16 +180,27 @@ func (srv *server) newServices() error {
 	if err != nil {
 		return err
 	}
+	var observers []ratelimit.Observer
+	if s.CompatMetrics {
+		pm, err := ratelimit.NewPeerMetrics(srv.reg, s.nearLimitRatio())
+		if err != nil {
+			return err
+		}
+		observers = append(observers, pm)
+	}
 	srv.core = ratelimit.New(ratelimit.Options{
 		Store:       srv.store,
 		Logger:      srv.log.Named("ratelimit"),
 		FailureMode: s.failureMode(),
 		Metrics:     coreMetrics,
+		Observers:   observers,
+		ShadowMode:  s.ShadowMode,
 	})
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,
 		Metrics:         rlsMetrics,
 		Headers:         s.headers,
+		CompatNames:     s.compatNames(),
 		RawBody:         s.RawBody,
 		DynamicMetadata: s.DynamicMetadata,
 		MaxDescriptors:  s.MaxDescriptors,
@@ -164,14 +210,16 @@ func (srv *server) newServices() error {
 	return nil
 }
 
-// serverTLS builds the gRPC listener's TLS, with client certificates required
-// and verified when --grpc-client-ca is set.
+// serverTLS builds the gRPC listener's TLS, its certificate read again when
+// its files change. With --grpc-client-ca, client certificates are verified
+// against it: required, or only when sent (--grpc-client-auth=if-given),
+// and with --grpc-client-san they must name that host.
 func serverTLS(s *settings) (credentials.TransportCredentials, error) {
-	cert, err := tls.LoadX509KeyPair(s.GRPCTLSCert, s.GRPCTLSKey)
+	certs, err := newCertReloader(s.GRPCTLSCert, s.GRPCTLSKey)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{GetCertificate: certs.getCertificate, MinVersion: tls.VersionTLS12}
 	if s.GRPCClientCA != "" {
 		pem, err := os.ReadFile(s.GRPCClientCA)
 		if err != nil {
@@ -183,6 +231,17 @@ func serverTLS(s *settings) (credentials.TransportCredentials, error) {
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if s.GRPCClientAuth == "if-given" {
+			cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		if san := s.GRPCClientSAN; san != "" {
+			cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+				if len(chains) == 0 || len(chains[0]) == 0 {
+					return nil // no certificate sent (if-given): nothing to name
+				}
+				return chains[0][0].VerifyHostname(san)
+			}
+		}
 	}
 	return credentials.NewTLS(cfg), nil
 }
@@ -192,18 +251,27 @@ func serverTLS(s *settings) (credentials.TransportCredentials, error) {
 func (srv *server) openStore() error {
 	set := srv.set
 	if set.RedisURL != "" || set.RedisSentinel != "" || set.RedisCluster != "" {
+		sentinelUser, sentinelPass, ok := strings.Cut(set.RedisSentAuth, ":")
+		if !ok {
+			sentinelUser, sentinelPass = "", set.RedisSentAuth
+		}
 		st, err := redis.Open(redis.Settings{
-			URL:           set.RedisURL,
-			MasterName:    set.RedisSentinel,
-			SentinelAddrs: splitList(set.RedisSentinels),
-			ClusterAddrs:  splitList(set.RedisCluster),
-			PoolSize:      set.RedisPoolSize,
-			DialTimeout:   set.RedisDial,
-			ReadTimeout:   set.RedisRead,
-			WriteTimeout:  set.RedisWrite,
-			CallTimeout:   set.StoreTimeout,
-			Prefix:        set.RedisPrefix,
-			TLSCAFile:     set.RedisTLSCA,
+			URL:                         set.RedisURL,
+			MasterName:                  set.RedisSentinel,
+			SentinelAddrs:               splitList(set.RedisSentinels),
+			ClusterAddrs:                splitList(set.RedisCluster),
+			PoolSize:                    set.RedisPoolSize,
+			DialTimeout:                 set.RedisDial,
+			ReadTimeout:                 set.RedisRead,
+			WriteTimeout:                set.RedisWrite,
+			CallTimeout:                 set.StoreTimeout,
+			Prefix:                      set.RedisPrefix,
+			TLSCAFile:                   set.RedisTLSCA,
+			TLSCertFile:                 set.RedisTLSCert,
+			TLSKeyFile:                  set.RedisTLSKey,
+			TLSSkipHostnameVerification: set.RedisTLSNoHost,
+			SentinelUsername:            sentinelUser,
+			SentinelPassword:            sentinelPass,
 		}, srv.log)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
@@ -259,6 +327,9 @@ func (srv *server) watchHealth(ctx context.Context) {
 	defer t.Stop()
 	last := ""
 	for {
+		if srv.set.healthNeedsStore && srv.ping != nil {
+			srv.storeUp.Store(srv.ping(ctx) == nil)
+		}
 		reason := srv.notReady(ctx)
 		if ctx.Err() != nil {
 			return
@@ -294,7 +365,7 @@ func (srv *server) watchHealth(ctx context.Context) {
 // nil after a shutdown caused by ctx, or the listener's error.
 func (srv *server) serve(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
-	errc := make(chan error, 2)
+	errc := make(chan error, 2+len(srv.extra))
 	var wg, bgWG sync.WaitGroup
 	bgWG.Add(2)
 	go func() {
@@ -305,20 +376,7 @@ func (srv *server) serve(ctx context.Context) error {
 		defer bgWG.Done()
 		srv.config.run(bg)
 	}()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := srv.grpc.Serve(srv.grpcLn); err != nil {
-			errc <- fmt.Errorf("grpc: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := srv.http.Serve(srv.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http: %w", err)
-		}
-	}()
-	srv.log.Info("listening", zap.String("grpc_addr", srv.grpcLn.Addr().String()), zap.String("http_addr", srv.httpLn.Addr().String()))
+	srv.startListeners(&wg, errc)
 
 	var err error
 	select {
@@ -350,11 +408,44 @@ func (srv *server) serve(ctx context.Context) error {
 	}
 	hctx, cancel := context.WithTimeout(context.Background(), srv.set.ShutdownTimeout)
 	srv.http.Shutdown(hctx)
+	for _, x := range srv.extra {
+		x.srv.Shutdown(hctx)
+	}
 	cancel()
 	wg.Wait()
 	srv.close()
 	srv.log.Info("stopped")
 	return err
+}
+
+// startListeners serves every listener in goroutines that wg tracks; a
+// listener that fails sends its error to errc. It logs the bound addresses.
+func (srv *server) startListeners(wg *sync.WaitGroup, errc chan<- error) {
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := srv.grpc.Serve(srv.grpcLn); err != nil {
+			errc <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := srv.http.Serve(srv.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	fields := []zap.Field{zap.String("grpc_addr", srv.grpcLn.Addr().String()), zap.String("http_addr", srv.httpLn.Addr().String())}
+	for _, x := range srv.extra {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := x.srv.Serve(x.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", x.name, err)
+			}
+		}()
+		fields = append(fields, zap.String(strings.ReplaceAll(x.name, "-", "_"), x.ln.Addr().String()))
+	}
+	srv.log.Info("listening", fields...)
 }
 
 // close releases the store. (The listeners belong to the gRPC and HTTP

@@ -60,7 +60,7 @@ func launch(t *testing.T, args ...string) *running {
 // launchWith is launch with the store wrapped by wrap (nil: as selected).
 func launchWith(t *testing.T, wrap func(limiter.Store) limiter.Store, args ...string) *running {
 	t.Helper()
-	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"}, args...)
 	s, err := parseSettings(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

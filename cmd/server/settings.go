@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,11 +18,29 @@ import (
 // settings are the server's flags, each with an environment twin
 // (SLUICE_ + the flag name in upper case with '-' as '_'). A flag given on the
 // command line wins over its environment variable, which wins over the
-// default.
+// setting envoyproxy/ratelimit reads for it (peerenv.go), which wins over
+// the default.
 type settings struct {
 	Config          string
+	ConfigTree      bool
+	ConfigDotfiles  bool
 	GRPCAddr        string
+	GRPCMaxAge      time.Duration
+	GRPCMaxAgeGrace time.Duration
+	GRPCClientAuth  string
+	GRPCClientSAN   string
 	HTTPAddr        string
+	DebugAddr       string
+	MetricsAddr     string
+	MetricsPath     string
+	CompatMetrics   bool
+	Healthcheck     string
+	ShadowMode      bool
+	CompatNames     string
+	RedisTLSCert    string
+	RedisTLSKey     string
+	RedisTLSNoHost  bool
+	RedisSentAuth   string
 	HTTPReadTimeout time.Duration
 	RedisURL        string
 	RedisSentinel   string
@@ -58,6 +77,12 @@ type settings struct {
 	ReadyNeedsStore bool
 
 	headers rls.HeaderSet // parsed ResponseHeaders
+	// healthNeeds* are the parsed Healthcheck.
+	healthNeedsConfig, healthNeedsStore bool
+	// peer is what envoyproxy/ratelimit's variables set, for the start-up
+	// log lines; envWarnings are SLUICE_* variables that are no setting.
+	peer        *peerEnv
+	envWarnings []string
 
 	// wrapStore, when set (tests only), wraps the store the settings select.
 	wrapStore func(limiter.Store) limiter.Store
@@ -77,13 +102,24 @@ type setting struct {
 func (s *settings) table() []setting {
 	return []setting{
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
-		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection)", ":8081", &s.GRPCAddr},
+		{"config-tree", "load every file below the --config directory, of any extension, subdirectories included (envoyproxy/ratelimit's layout)", "false", &s.ConfigTree},
+		{"config-dotfiles", "with --config-tree, load files whose names start with '.' too (never Kubernetes' ..data)", "false", &s.ConfigDotfiles},
+		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection); unix:PATH for a unix socket", ":8081", &s.GRPCAddr},
+		{"grpc-max-connection-age", "close each gRPC connection after this long (GOAWAY, ±10% jitter) so Envoy spreads over new replicas; 0s: never", "24h", &s.GRPCMaxAge},
+		{"grpc-max-connection-age-grace", "time the calls in flight get after --grpc-max-connection-age before the connection is cut", "1h", &s.GRPCMaxAgeGrace},
 		{"grpc-tls-cert", "PEM certificate for TLS on the gRPC listener (with --grpc-tls-key)", "", &s.GRPCTLSCert},
 		{"grpc-tls-key", "PEM private key for TLS on the gRPC listener", "", &s.GRPCTLSKey},
 		{"grpc-client-ca", "PEM CAs that gRPC clients' certificates must chain to (mTLS; needs TLS)", "", &s.GRPCClientCA},
+		{"grpc-client-auth", "with --grpc-client-ca: require a client certificate (require), or verify one only when sent (if-given)", "require", &s.GRPCClientAuth},
+		{"grpc-client-san", "with --grpc-client-ca: a DNS name the client certificate must hold", "", &s.GRPCClientSAN},
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
+		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
+		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},
+		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
+		{"metrics-path", "path of the metrics on --metrics-addr", "/metrics", &s.MetricsPath},
+		{"compat-metrics", "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_*{domain,key1,key2}, ...)", "false", &s.CompatMetrics},
 		{"redis-url", "Redis URL (redis:// or rediss://); empty runs the in-memory store", "", &s.RedisURL},
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
@@ -94,6 +130,10 @@ func (s *settings) table() []setting {
 		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
 		{"redis-prefix", "prefix of every Redis key Sluice writes", "sluice:", &s.RedisPrefix},
 		{"redis-tls-ca", "PEM file of CAs for rediss:// (default: system roots)", "", &s.RedisTLSCA},
+		{"redis-tls-cert", "PEM client certificate for Redis TLS (with --redis-tls-key)", "", &s.RedisTLSCert},
+		{"redis-tls-key", "PEM private key of --redis-tls-cert", "", &s.RedisTLSKey},
+		{"redis-tls-skip-hostname-verification", "verify Redis's certificate chain but not the host name in it", "false", &s.RedisTLSNoHost},
+		{"redis-sentinel-auth", "password (or user:password) of the Sentinels themselves", "", &s.RedisSentAuth},
 		{"over-limit-cache", "Redis store: answer a repeated denied request locally until its Retry-After (exact; saves Redis calls under abuse)", "true", &s.OverLimitCache},
 		{"reload-debounce", "wait after the last config change before reloading (at most 4x this after the first change, so a config rewritten without pause still reloads)", "250ms", &s.ReloadDebounce},
 		{"health-interval", "how often readiness checks the store", "1s", &s.HealthInterval},
@@ -101,6 +141,8 @@ func (s *settings) table() []setting {
 		{"log-level", "debug, info, warn or error", "info", &s.LogLevel},
 		{"log-format", "json, console, or auto (console on a terminal, else json)", "auto", &s.LogFormat},
 		{"response-headers", "headers for Envoy to add: draft, compat, draft,compat or none", "draft", &s.ResponseHeaders},
+		{"compat-header-names", "names of the compat headers: the limit, the remaining and the reset", defaultCompatNames, &s.CompatNames},
+		{"shadow-mode", "put every limit in shadow mode: counted and measured, never denying", "false", &s.ShadowMode},
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
 		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},
@@ -116,61 +158,46 @@ func (s *settings) table() []setting {
 	}
 }
 
+// defaultCompatNames is the default of --compat-header-names.
+const defaultCompatNames = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
+
 // envName is the environment twin of a flag.
 func envName(flagName string) string {
 	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseSettings reads args and the environment. It returns an error naming
-// the flag or variable for a value that does not parse or is out of range.
-func parseSettings(args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
-	s := &settings{}
+// parseSettings reads args, the SLUICE_* environment and envoyproxy/ratelimit's
+// variables, in that order of precedence. It returns an error naming the
+// flag or variable for a value that does not parse or is out of range, and
+// for a peer setting Sluice refuses. --help prints the usage to helpOut.
+func parseSettings(args []string, getenv func(string) string, helpOut io.Writer) (*settings, error) {
+	peer, err := readPeerEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	s := &settings{peer: peer}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints below
-	tab := s.table()
-	for _, t := range tab {
-		def := t.def
+	for _, t := range s.table() {
+		def, src := t.def, ""
+		if v, ok := peer.vals[t.name]; ok {
+			def, src = v, strings.Join(peer.from[t.name], ", ")+" (envoyproxy/ratelimit's settings)"
+		}
 		if v := getenv(envName(t.name)); v != "" && t.name != "version" {
-			def = v
+			if _, ok := peer.vals[t.name]; ok {
+				peer.override(t.name, envName(t.name))
+			}
+			def, src = v, envName(t.name)
 		}
-		usage := fmt.Sprintf("%s (env %s)", t.usage, envName(t.name))
-		if t.name == "version" {
-			usage = t.usage
-		}
-		var err error
-		switch p := t.ptr.(type) {
-		case *string:
-			fs.StringVar(p, t.name, def, usage)
-		case *bool:
-			var b bool
-			if b, err = strconv.ParseBool(def); err == nil {
-				fs.BoolVar(p, t.name, b, usage)
-			}
-		case *int:
-			var n int
-			if n, err = strconv.Atoi(def); err == nil {
-				fs.IntVar(p, t.name, n, usage)
-			}
-		case *time.Duration:
-			var d time.Duration
-			if d, err = time.ParseDuration(def); err == nil {
-				fs.DurationVar(p, t.name, d, usage)
-			}
-		}
-		if err != nil {
-			want := map[string]string{"bool": "true or false", "int": "a whole number", "duration": "a duration such as 15ms or 2s"}
-			kind := strings.TrimPrefix(fmt.Sprintf("%T", t.ptr), "*")
-			if kind == "time.Duration" {
-				kind = "duration"
-			}
-			return nil, fmt.Errorf("%s=%q: want %s", envName(t.name), def, want[kind])
+		if err := defineFlag(fs, t, def); err != nil {
+			return nil, fmt.Errorf("%s=%q: want %s", src, def, err)
 		}
 	}
 	fs.Usage = func() {} // a bad flag prints its error only; --help prints the flags
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: sluice [flags]\n       sluice check PATH...\n\nflags:\n")
-			fs.SetOutput(stderr)
+			fmt.Fprint(helpOut, usageText)
+			fs.SetOutput(helpOut)
 			fs.PrintDefaults()
 			return nil, flagErrHelp
 		}
@@ -179,13 +206,125 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (did you mean 'sluice check %s'?)", fs.Arg(0), fs.Arg(0))
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if _, ok := peer.vals[f.Name]; ok {
+			peer.override(f.Name, "--"+f.Name)
+		}
+	})
 	return s, s.validate()
 }
 
+// usageText opens the --help output.
+const usageText = `usage: sluice [flags]          serve (every flag also reads SLUICE_<FLAG> and envoyproxy/ratelimit's variables)
+       sluice check PATH...     validate descriptor configs and exit
+       sluice version           print the version
+       sluice help              print this help
+
+flags:
+`
+
+// defineFlag defines t on fs with the default def. It returns what a value
+// of t's kind looks like when def is not one.
+func defineFlag(fs *flag.FlagSet, t setting, def string) error {
+	usage := fmt.Sprintf("%s (env %s)", t.usage, envName(t.name))
+	if t.name == "version" {
+		usage = t.usage
+	}
+	switch p := t.ptr.(type) {
+	case *string:
+		fs.StringVar(p, t.name, def, usage)
+	case *bool:
+		b, err := strconv.ParseBool(def)
+		if err != nil {
+			return errors.New("true or false")
+		}
+		fs.BoolVar(p, t.name, b, usage)
+	case *int:
+		n, err := strconv.Atoi(def)
+		if err != nil {
+			return errors.New("a whole number")
+		}
+		fs.IntVar(p, t.name, n, usage)
+	case *time.Duration:
+		d, err := time.ParseDuration(def)
+		if err != nil {
+			return errors.New("a duration such as 15ms or 2s")
+		}
+		fs.DurationVar(p, t.name, d, usage)
+	}
+	return nil
+}
+
+// unknownEnv returns a warning for every SLUICE_* variable of environ (as
+// os.Environ returns it) that is no setting, naming the closest setting.
+func unknownEnv(environ []string) []string {
+	known := map[string]bool{}
+	var names []string
+	for _, t := range (&settings{}).table() {
+		known[envName(t.name)] = true
+		names = append(names, envName(t.name))
+	}
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(k, "SLUICE_") || known[k] {
+			continue
+		}
+		w := k + " is not a Sluice setting (ignored)"
+		if c := closest(k, names); c != "" {
+			w += "; did you mean " + c + "?"
+		}
+		out = append(out, w)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// closest returns the name in names nearest to s (edit distance at most a
+// third of s, ignoring case and '_'), "" when none is that close.
+func closest(s string, names []string) string {
+	norm := func(x string) string { return strings.ToLower(strings.ReplaceAll(x, "_", "")) }
+	best, bestD := "", len(s)/3+1
+	for _, n := range names {
+		if d := editDistance(norm(s), norm(n)); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 func (s *settings) validate() error {
+	// Words are case-insensitive, as envoyproxy/ratelimit's are.
+	for _, p := range []*string{&s.LogLevel, &s.LogFormat, &s.FailureMode, &s.Healthcheck, &s.GRPCClientAuth, &s.ResponseHeaders} {
+		*p = strings.ToLower(strings.TrimSpace(*p))
+	}
 	var err error
 	if s.headers, err = rls.ParseHeaderSet(s.ResponseHeaders); err != nil {
 		return fmt.Errorf("--response-headers: %v", err)
+	}
+	if err := s.validateDropIn(); err != nil {
+		return err
 	}
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -239,6 +378,59 @@ func (s *settings) validate() error {
 		}
 	}
 	return nil
+}
+
+// validateDropIn checks the settings that envoyproxy/ratelimit's
+// deployments rely on: /healthcheck, the extra listeners, client
+// certificates and the compat header names.
+func (s *settings) validateDropIn() error {
+	s.healthNeedsConfig, s.healthNeedsStore = false, false
+	for _, w := range strings.Split(s.Healthcheck, ",") {
+		switch strings.TrimSpace(w) {
+		case "config":
+			s.healthNeedsConfig = true
+		case "store":
+			s.healthNeedsStore = true
+		case "none", "":
+		default:
+			return fmt.Errorf("--healthcheck-requires: unknown %q (want none, config, store or config,store)", w)
+		}
+	}
+	if s.GRPCClientAuth != "require" && s.GRPCClientAuth != "if-given" {
+		return fmt.Errorf("--grpc-client-auth: unknown %q (want require or if-given)", s.GRPCClientAuth)
+	}
+	if s.GRPCClientSAN != "" && s.GRPCClientCA == "" {
+		return errors.New("--grpc-client-san: needs --grpc-client-ca")
+	}
+	if !strings.HasPrefix(s.MetricsPath, "/") {
+		return fmt.Errorf("--metrics-path: %q must start with /", s.MetricsPath)
+	}
+	if names := strings.Split(s.CompatNames, ","); len(names) != 3 || slices.Contains(names, "") {
+		return fmt.Errorf("--compat-header-names: %q: want three names, comma-separated (limit, remaining, reset)", s.CompatNames)
+	}
+	if s.GRPCMaxAge < 0 || s.GRPCMaxAgeGrace < 0 {
+		return errors.New("--grpc-max-connection-age and --grpc-max-connection-age-grace: must not be negative")
+	}
+	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
+		return errors.New("--redis-tls-cert and --redis-tls-key: set both or neither")
+	}
+	return nil
+}
+
+// selection is which files of a --config directory are loaded: *.yaml and
+// *.yml, or with --config-tree every file below it (envoyproxy/ratelimit's
+// layout), dotfiles per --config-dotfiles.
+func (s *settings) selection() descriptors.Selection {
+	if !s.ConfigTree {
+		return descriptors.YAMLFiles
+	}
+	return descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
+}
+
+// compatNames is CompatNames, validated.
+func (s *settings) compatNames() [3]string {
+	n := strings.Split(s.CompatNames, ",")
+	return [3]string{strings.TrimSpace(n[0]), strings.TrimSpace(n[1]), strings.TrimSpace(n[2])}
 }
 
 // nearLimitRatio is NearLimitRatio, validated.

@@ -41,10 +41,11 @@ type fileSource struct {
 
 var _ configSource = (*fileSource)(nil)
 
-// newFileSource returns the source of the config at path, reloaded debounce
-// after a change (see maxWaitFactor).
-func newFileSource(path string, debounce time.Duration, log *zap.Logger) *fileSource {
-	return &fileSource{path: path, debounce: debounce, sel: descriptors.YAMLFiles, log: log}
+// newFileSource returns the source of the config at path, the files of a
+// directory chosen by sel, reloaded debounce after a change (see
+// maxWaitFactor).
+func newFileSource(path string, sel descriptors.Selection, debounce time.Duration, log *zap.Logger) *fileSource {
+	return &fileSource{path: path, debounce: debounce, sel: sel, log: log}
 }
 
 // Info describes the source: its kind and --config.
@@ -136,7 +137,8 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 
 // watch adds to w the config's directory (or the config itself when it is
 // one), the directory holding it (a symlinked directory is swapped there),
-// and the current target of a symlink, re-resolved after every reload. A
+// and the current target of a symlink, re-resolved after every reload, and,
+// when the selection is recursive, every directory below the config. A
 // ConfigMap's files are symlinks through ..data into a timestamped
 // directory, and its update is the swap of ..data inside the watched
 // directory. Adding a path already watched does nothing.
@@ -144,12 +146,30 @@ func (f *fileSource) watch(w *fsnotify.Watcher) {
 	w.Add(filepath.Dir(f.path))
 	if fi, err := os.Stat(f.path); err == nil && fi.IsDir() {
 		w.Add(f.path)
+		f.watchBelow(w, f.path)
 	}
 	if target, err := filepath.EvalSymlinks(f.path); err == nil {
 		w.Add(filepath.Dir(target))
 		if fi, err := os.Stat(target); err == nil && fi.IsDir() {
 			w.Add(target)
 		}
+	}
+}
+
+// watchBelow adds the directories below dir that a recursive selection
+// reads (fsnotify watches one directory, not a tree).
+func (f *fileSource) watchBelow(w *fsnotify.Watcher, dir string) {
+	if !f.sel.Recursive {
+		return
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), "..") || strings.HasPrefix(e.Name(), ".") && !f.sel.Dotfiles {
+			continue
+		}
+		sub := filepath.Join(dir, e.Name())
+		w.Add(sub)
+		f.watchBelow(w, sub)
 	}
 }
 

@@ -119,7 +119,7 @@ func TestConfigSourceCannotRun(t *testing.T) {
 func TestFileSourceFingerprint(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
-	fs := newFileSource(dir, 0, zap.NewNop())
+	fs := newFileSource(dir, descriptors.YAMLFiles, 0, zap.NewNop())
 	var last *descriptors.Config
 	deliver := func(c *descriptors.Config, err error) {
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"gopkg.in/yaml.v3"
@@ -390,6 +393,7 @@ type dockerfile struct {
 type stage struct {
 	from, name  string
 	user        string
+	workdir     string
 	entrypoint  []string
 	runs        []string
 	copies      []copyInstr
@@ -446,6 +450,8 @@ func parseDockerfile(t *testing.T, name string) dockerfile {
 		switch instr {
 		case "USER":
 			cur.user = args
+		case "WORKDIR":
+			cur.workdir = args
 		case "ENTRYPOINT":
 			if err := json.Unmarshal([]byte(args), &cur.entrypoint); err != nil {
 				t.Errorf("%s:%d: ENTRYPOINT is not in exec form: %v", name, start, err)
@@ -654,27 +660,76 @@ func TestDockerfile(t *testing.T) {
 		if !slices.Contains(final.copiedPaths, "/sluice") {
 			t.Errorf("final stage copies %v, want the binary at /sluice", final.copiedPaths)
 		}
-		cfg := df.env["SLUICE_CONFIG"]
-		if cfg == "" || !slices.Contains(final.copiedPaths, cfg) {
-			t.Errorf("SLUICE_CONFIG = %q, final stage copies %v: want config copied where SLUICE_CONFIG points", cfg, final.copiedPaths)
+		// The default --config is "config" in the working directory: no
+		// SLUICE_CONFIG, which would win over envoyproxy/ratelimit's
+		// RUNTIME_* variables in its deployments.
+		if _, ok := df.env["SLUICE_CONFIG"]; ok {
+			t.Errorf("ENV SLUICE_CONFIG is set: it would win over RUNTIME_ROOT in envoyproxy/ratelimit deployments")
 		}
-		for _, p := range []int{defaultHTTPPort, defaultGRPCPort} {
+		if cfg := path.Join(final.workdir, "config"); final.workdir == "" || !slices.Contains(final.copiedPaths, cfg) {
+			t.Errorf("WORKDIR %q, final stage copies %v: want the config copied to WORKDIR/config", final.workdir, final.copiedPaths)
+		}
+		for _, p := range []int{defaultHTTPPort, defaultGRPCPort, 6070} {
 			if !slices.Contains(df.expose, p) {
 				t.Errorf("EXPOSE %v lacks %d", df.expose, p)
 			}
 		}
+		// envoyproxy/ratelimit's deployments run /bin/ratelimit as uid 65534.
+		if final.user != "65534:65534" {
+			t.Errorf("USER %q, want 65534:65534 (nobody, as envoyproxy/ratelimit's deployments run it)", final.user)
+		}
+		linked := false
+		for _, st := range df.stages[:len(df.stages)-1] {
+			for _, r := range st.runs {
+				linked = linked || strings.Contains(r, "ln -s /sluice /out/root/bin/ratelimit")
+			}
+		}
+		if !linked || !slices.ContainsFunc(final.copies, func(c copyInstr) bool { return c.dest == "/" && slices.Contains(c.srcs, "/out/root/") }) {
+			t.Errorf("want /bin/ratelimit as a symlink to /sluice, made in the build stage under /out/root and copied to /")
+		}
 	})
 }
 
-// TestComposeConfig runs docker-compose's own validation of
-// docker-compose.yml (it needs no Docker engine).
+// TestComposeConfig loads docker-compose.yml with compose-go, the loader
+// of the docker compose CLI itself: the file must validate against the
+// Compose specification's schema and be consistent (every depends_on and
+// volume names something that exists), as `docker compose config` checks
+// it; no Docker engine or compose binary is needed. It then checks what the
+// loader resolved: the build context, the published ports and the
+// environment Sluice gets.
 func TestComposeConfig(t *testing.T) {
-	bin, err := exec.LookPath("docker-compose")
+	root, err := filepath.Abs(repoRoot)
 	if err != nil {
-		t.Fatal("docker-compose not found: run 'make test' (it installs it) or 'apt-get install docker-compose'")
+		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-f", filepath.Join(repoRoot, "docker-compose.yml"), "config", "-q")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithName("sluice"), cli.WithEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	s, err := p.GetService("sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Build == nil || filepath.Clean(s.Build.Context) != root {
+		t.Errorf("sluice: build context %v, want %s", s.Build, root)
+	}
+	published := map[uint32]string{}
+	for _, pc := range s.Ports {
+		published[pc.Target] = pc.Published
+	}
+	for _, port := range []uint32{defaultHTTPPort, defaultGRPCPort} {
+		if published[port] != strconv.Itoa(int(port)) {
+			t.Errorf("sluice: container port %d published as %q, want %d", port, published[port], port)
+		}
+	}
+	if cfg := s.Environment["SLUICE_CONFIG"]; cfg == nil || !slices.ContainsFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool {
+		return v.Type == types.VolumeTypeBind && v.Target == *cfg && v.Source == filepath.Join(root, "config")
+	}) {
+		t.Errorf("sluice: SLUICE_CONFIG %v is not where ./config is mounted (%v)", cfg, s.Volumes)
 	}
 }

@@ -4,15 +4,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/envoysim"
@@ -261,5 +264,29 @@ descriptors:
 	}
 	if got, want := all[0].Shape(), "edge [api_key=<x-api_key>]"; got != want {
 		t.Errorf("Shape() = %q, want %q", got, want)
+	}
+}
+
+// TestXRateLimitHeaders follows Envoy's own cases for its x-ratelimit
+// headers: the least remaining gives the first item, remaining and reset;
+// every limit adds an item, with its name when it has one.
+func TestXRateLimitHeaders(t *testing.T) {
+	st := func(rpu uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit, name string, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: unit, Name: name},
+			LimitRemaining: remaining, DurationUntilReset: durationpb.New(reset)}
+	}
+	resp := &rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+		st(1, rlsv3.RateLimitResponse_RateLimit_MINUTE, "first", 2, 3*time.Second+900*time.Millisecond),
+		{}, // no limit: left out
+		st(4, rlsv3.RateLimitResponse_RateLimit_HOUR, "second", 5, 6*time.Second),
+		st(7, rlsv3.RateLimitResponse_RateLimit_SECOND, "", 8, time.Second),
+	}}
+	got := envoysim.XRateLimitHeaders(resp)
+	want := []envoysim.Header{{"x-ratelimit-limit", `1, 1;w=60;name="first", 4;w=3600;name="second", 7;w=1`}, {"x-ratelimit-remaining", "2"}, {"x-ratelimit-reset", "3"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("XRateLimitHeaders = %q, want %q", got, want)
+	}
+	if got := envoysim.XRateLimitHeaders(&rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{}}}); got != nil {
+		t.Errorf("no limit: %q, want none", got)
 	}
 }

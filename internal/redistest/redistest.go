@@ -127,6 +127,19 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// StartUnix starts a private redis-server that also listens on a unix
+// socket (in its own temporary directory, mode 700), stops it in
+// t.Cleanup, and returns it with the socket's path.
+func StartUnix(t testing.TB) (srv *Server, socket string) {
+	t.Helper()
+	s, err := newServer("--unixsocket", "$DIR/redis.sock", "--unixsocketperm", "700")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, filepath.Join(s.dir, "redis.sock")
+}
+
 // SentinelMaster is the master name that Sentinel monitors.
 const SentinelMaster = "sluicemaster"
 

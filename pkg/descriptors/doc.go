@@ -22,8 +22,9 @@
 //     message" for a file, "xds:name: path: message" for a resource.
 //
 // Which files of a directory a load reads is one function, Selection.Files
-// (Files for the default, *.yaml and *.yml), which a caller that watches the
-// files uses too.
+// (Files for the default, *.yaml and *.yml; a Recursive selection of every
+// file for envoyproxy/ratelimit's runtime layout), which a caller that
+// watches the files uses too.
 //
 // It does not count, decide or talk to Envoy or Redis: what a matched rule
 // means for a request (replaces, shadow_mode, quota_mode, share_threshold

@@ -24,6 +24,17 @@ type Selection struct {
 	// Ext lists the extensions, with the dot (".yaml"), of the files read
 	// from a directory; nil reads every file.
 	Ext []string
+	// Recursive also reads the files of a directory's subdirectories (not
+	// of symlinks to directories), depth first in name order:
+	// envoyproxy/ratelimit's runtime layout, whose loader walks the whole
+	// tree under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+	Recursive bool
+	// Dotfiles also reads files (and, when Recursive, directories) whose
+	// names start with "." (envoyproxy/ratelimit's
+	// RUNTIME_IGNOREDOTFILES=false). Names starting with ".." are never
+	// read: they are Kubernetes' ..data link and timestamped directories,
+	// which hold a ConfigMap's files a second time.
+	Dotfiles bool
 }
 
 // YAMLFiles is the Selection of Load and Files: *.yaml and *.yml.
@@ -37,10 +48,11 @@ func Files(paths ...string) ([]string, error) {
 // Files returns the config files that a load of paths reads, in the order
 // it reads them. Each path is a file, returned as is, or a directory, whose
 // regular files that s selects are returned in name order (not its
-// subdirectories' files). Names starting with "." are skipped, so that a
-// Kubernetes ConfigMap mount loads once: its visible files are symlinks into
-// the hidden "..data" directory, and symlinks are followed. A returned name
-// is the path as given, joined with the directory entry's name.
+// subdirectories' files, unless s.Recursive). Names starting with "." are
+// skipped (unless s.Dotfiles; ".." always), so that a Kubernetes ConfigMap
+// mount loads once: its visible files are symlinks into the hidden "..data"
+// directory, and symlinks are followed. A returned name is the path as
+// given, joined with the directory entry's name.
 //
 // Files reads no file. The error, if any, is an errors.Join of *Error values
 // (without line or column): a path that does not exist or cannot be listed,
@@ -74,7 +86,11 @@ func (s Selection) files(paths []string) ([]string, []*Error) {
 		if derr != nil {
 			errs = append(errs, derr)
 		} else if len(found) == 0 {
-			errs = append(errs, &Error{File: p, Msg: "no " + s.what() + " in directory"})
+			msg := "no " + s.what() + " in directory"
+			if s.Recursive {
+				msg += " or below it"
+			}
+			errs = append(errs, &Error{File: p, Msg: msg})
 		}
 		names = append(names, found...)
 	}
@@ -90,10 +106,21 @@ func (s Selection) dir(p string) ([]string, *Error) {
 	var names []string
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || s.Ext != nil && !slices.Contains(s.Ext, filepath.Ext(name)) {
+		if strings.HasPrefix(name, "..") || strings.HasPrefix(name, ".") && !s.Dotfiles {
 			continue
 		}
 		full := filepath.Join(p, name)
+		if s.Recursive && e.IsDir() { // a directory, not a symlink to one
+			sub, err := s.dir(full)
+			if err != nil {
+				return nil, err
+			}
+			names = append(names, sub...)
+			continue
+		}
+		if s.Ext != nil && !slices.Contains(s.Ext, filepath.Ext(name)) {
+			continue
+		}
 		// Stat follows symlinks. A link that leads nowhere is returned, so
 		// that reading it reports the problem.
 		if fi, err := os.Stat(full); err == nil && fi.IsDir() {

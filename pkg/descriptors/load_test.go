@@ -387,6 +387,11 @@ func TestFiles(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "notes.txt"), "not: loaded\n")
 	writeFile(t, filepath.Join(dir, ".hidden.yaml"), "not: loaded\n")
 	writeFile(t, filepath.Join(dir, "sub", "c.yaml"), "domain: c\n")
+	writeFile(t, filepath.Join(dir, ".hidden", "d.yaml"), "domain: d\n")
+	writeFile(t, filepath.Join(dir, "..2026_01_01", "e.yaml"), "domain: e\n")
+	if err := os.Symlink("..2026_01_01", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink("a.yaml", filepath.Join(dir, "link.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -418,6 +423,12 @@ func TestFiles(t *testing.T) {
 			in("a.yaml", "b.yml", "link.yaml"),
 			filepath.Join(dir, "missing.yaml") + ": cannot read: no such file or directory\n" + empty + ": no *.yaml or *.yml file in directory"},
 		{"empty directory, every extension", descriptors.Selection{}, []string{empty}, nil, empty + ": no file in directory"},
+		// envoyproxy/ratelimit's runtime layout: every file below the
+		// directory, of any extension; dotfiles when asked, "..*" never.
+		{"recursive", descriptors.Selection{Recursive: true}, []string{dir}, in("a.yaml", "b.yml", "link.yaml", "notes.txt", "sub/c.yaml"), ""},
+		{"recursive with dotfiles", descriptors.Selection{Recursive: true, Dotfiles: true}, []string{dir},
+			in(".hidden/d.yaml", ".hidden.yaml", "a.yaml", "b.yml", "link.yaml", "notes.txt", "sub/c.yaml"), ""},
+		{"recursive, empty", descriptors.Selection{Recursive: true}, []string{empty}, nil, empty + ": no file in directory or below it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.sel.Files(tc.paths...)

@@ -61,6 +61,7 @@ func (s *Service) failure(d Decision, err error) (Decision, error) {
 		mode = s.opts.FailureMode
 	}
 	s.opts.Metrics.observeFailure(d.Domain.Name, mode.String())
+	s.failed(d.Domain.Name, err)
 	s.logDegraded(d.Domain.Name, mode, err)
 	if mode == descriptors.FailureModeError {
 		return Decision{}, err

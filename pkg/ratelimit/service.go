@@ -27,8 +27,13 @@ type Options struct {
 	// Metrics records decisions, store calls and failure-mode answers; nil
 	// records nothing.
 	Metrics *Metrics
-	// Observers are told of every counted descriptor, after Metrics.
+	// Observers are told of every counted descriptor, after Metrics; those
+	// that are also ErrorObservers are told of failed calls too.
 	Observers []Observer
+	// ShadowMode puts every counted limit in shadow mode: counted as if
+	// admitted, reported OK, never denying (envoyproxy/ratelimit's global
+	// SHADOW_MODE). Metrics count its would-be denials as shadow mode.
+	ShadowMode bool
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -42,7 +47,8 @@ type Service struct {
 	opts      Options
 	log       *zap.Logger
 	config    atomic.Pointer[descriptors.Config]
-	observers []Observer // Metrics, then Options.Observers
+	observers []Observer      // Metrics, then Options.Observers
+	errObs    []ErrorObserver // the Observers that are also ErrorObservers
 
 	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
 	suppressed   atomic.Int64 // degraded answers not logged since
@@ -56,6 +62,15 @@ type Service struct {
 // safe for concurrent use.
 type Observer interface {
 	ObserveDescriptor(dom *descriptors.Domain, st *Status, entries []descriptors.Entry)
+}
+
+// ErrorObserver is an Observer that is also told of every call that
+// failed: each error Decide returns (but the caller's own cancellation or
+// deadline), and each store failure, whatever the failure mode then
+// answered (err wraps limiter.ErrStoreUnavailable). domain is the request's,
+// possibly empty. ObserveError must be safe for concurrent use.
+type ErrorObserver interface {
+	ObserveError(domain string, err error)
 }
 
 // scratch is per-call working memory, reused through Service.scratch.
@@ -85,6 +100,11 @@ func New(o Options) *Service {
 		s.observers = append(s.observers, o.Metrics)
 	}
 	s.observers = append(s.observers, o.Observers...)
+	for _, ob := range o.Observers {
+		if eo, ok := ob.(ErrorObserver); ok {
+			s.errObs = append(s.errObs, eo)
+		}
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s
 }
@@ -112,11 +132,11 @@ func (s *Service) Config() *descriptors.Config { return s.config.Load() }
 // FailureMode says so.
 func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	if req.Domain == "" {
-		return Decision{}, fmt.Errorf("%w: domain: must not be empty", ErrInvalidRequest)
+		return Decision{}, s.failed(req.Domain, fmt.Errorf("%w: domain: must not be empty", ErrInvalidRequest))
 	}
 	cfg := s.config.Load()
 	if cfg == nil {
-		return Decision{}, ErrNoConfig
+		return Decision{}, s.failed(req.Domain, ErrNoConfig)
 	}
 	d := Decision{Statuses: make([]Status, len(req.Descriptors)), Binding: -1, Config: cfg, Domain: cfg.Domain(req.Domain)}
 	if d.Domain == nil {
@@ -128,7 +148,12 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		return d, nil
 	}
 	if err := resolve(&d, req); err != nil {
-		return Decision{}, err
+		return Decision{}, s.failed(req.Domain, err)
+	}
+	if s.opts.ShadowMode {
+		for i := range d.Statuses {
+			d.Statuses[i].Shadow = d.Statuses[i].Counted()
+		}
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
@@ -143,6 +168,14 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	}
 	s.result(&d, req, sc.idx, hits, results)
 	return d, nil
+}
+
+// failed tells the ErrorObservers of err and returns it.
+func (s *Service) failed(domain string, err error) error {
+	for _, o := range s.errObs {
+		o.ObserveError(domain, err)
+	}
+	return err
 }
 
 // grow returns s resized to n, reusing its array when it is large enough.

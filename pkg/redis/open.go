@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -48,6 +49,19 @@ type Settings struct {
 	// TLSCAFile is a PEM file of CAs to verify the server with for rediss://
 	// (and TLS to a Sentinel or Cluster). Default the system roots.
 	TLSCAFile string
+	// TLSCertFile and TLSKeyFile are a PEM client certificate and its key,
+	// presented to a Redis that requires TLS client authentication. Set both
+	// or neither; they need TLS (rediss://).
+	TLSCertFile, TLSKeyFile string
+	// TLSSkipHostnameVerification verifies the server's certificate chain
+	// but not that it names the host dialled (envoyproxy/ratelimit's
+	// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION), for Redis reached through an
+	// address its certificate does not list.
+	TLSSkipHostnameVerification bool
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// themselves (not to the master, whose credentials are in URL). Empty
+	// means no AUTH to the Sentinels.
+	SentinelUsername, SentinelPassword string
 }
 
 // Open connects to the Redis that s selects and returns a Store on it. It
@@ -73,35 +87,24 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}
-	tlsOn := false
+	tlsOn, network := false, ""
 	if s.URL != "" {
 		o, err := goredis.ParseURL(s.URL)
 		if err != nil {
-			// url.Error quotes the whole URL, password included.
-			if ue, ok := errors.AsType[*url.Error](err); ok {
-				ue.URL = Redacted(s.URL)
-			}
-			return nil, fmt.Errorf("parse redis url %s: %w", Redacted(s.URL), err)
+			return nil, urlError(s.URL, err)
 		}
 		u.Addrs = []string{o.Addr}
 		u.Username, u.Password, u.DB = o.Username, o.Password, o.DB
-		tlsOn = o.TLSConfig != nil
+		tlsOn, network = o.TLSConfig != nil, o.Network
 		u.TLSConfig = o.TLSConfig
 	}
-	if tlsOn || s.TLSCAFile != "" {
+	u.SentinelUsername, u.SentinelPassword = s.SentinelUsername, s.SentinelPassword
+	if tlsOn || s.TLSCAFile != "" || s.TLSCertFile != "" || s.TLSSkipHostnameVerification {
 		if u.TLSConfig == nil {
 			u.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		if s.TLSCAFile != "" {
-			pem, err := os.ReadFile(s.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read redis tls ca file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("read redis tls ca file %s: no PEM certificate in it", s.TLSCAFile)
-			}
-			u.TLSConfig.RootCAs = pool
+		if err := s.configureTLS(u.TLSConfig); err != nil {
+			return nil, err
 		}
 	}
 
@@ -128,11 +131,75 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		if s.URL == "" {
 			return nil, errors.New("redis url is empty and neither sentinel nor cluster is set")
 		}
-		c = goredis.NewClient(u.Simple())
+		o := u.Simple()
+		if network == "unix" {
+			o.Network = "unix" // unix:///path/to/socket
+			mode = "standalone (unix socket)"
+		}
+		c = goredis.NewClient(o)
 	}
 	log.Info("redis store configured", zap.String("mode", mode), zap.String("redis_url", Redacted(s.URL)),
 		zap.Strings("addrs", u.Addrs))
 	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, Logger: log}), nil
+}
+
+// configureTLS adds the CA, the client certificate and the hostname policy
+// of s to cfg.
+func (s Settings) configureTLS(cfg *tls.Config) error {
+	if s.TLSCAFile != "" {
+		pem, err := os.ReadFile(s.TLSCAFile)
+		if err != nil {
+			return fmt.Errorf("read redis tls ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("read redis tls ca file %s: no PEM certificate in it", s.TLSCAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
+		return errors.New("redis tls client certificate: set both the certificate and the key file, or neither")
+	}
+	if s.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("read redis tls client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if s.TLSSkipHostnameVerification {
+		// Go verifies the chain and the name together; skip both and verify
+		// the chain here, against the same roots, without a name.
+		roots := cfg.RootCAs
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("redis tls: server sent no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		}
+	}
+	return nil
+}
+
+// urlError explains a Redis URL that does not parse, showing it with any
+// password masked, and says which forms are accepted.
+func urlError(raw string, err error) error {
+	// url.Error quotes the whole URL, password included.
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err
+	}
+	msg := err.Error()
+	if !strings.Contains(raw, "://") {
+		msg = "no scheme"
+	}
+	return fmt.Errorf("redis url %q: %s (want redis://host:port[/db], rediss://host:port for TLS, or unix:///path/to/socket; "+
+		"credentials go in the URL: redis://user:password@host:port)", Redacted(raw), msg)
 }
 
 // zapPrintf adapts a zap logger to go-redis's Printf logger.
@@ -152,15 +219,27 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Redacted returns rawURL with its password replaced by "xxxxx", for logs
-// and errors. A string that does not parse as a URL is returned as
-// "<unparsable redis url>", since it might hold a password in any place.
+// and errors. A string that does not parse as a URL is masked by its shape:
+// whatever stands between the first ':' after the scheme and the last '@'
+// is the password.
 func Redacted(rawURL string) string {
 	if rawURL == "" {
 		return ""
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "<unparsable redis url>"
+	if u, err := url.Parse(rawURL); err == nil && (u.User != nil || !strings.Contains(rawURL, "@")) {
+		return u.Redacted()
 	}
-	return u.Redacted()
+	start := 0
+	if i := strings.Index(rawURL, "://"); i >= 0 {
+		start = i + 3
+	}
+	at := strings.LastIndex(rawURL, "@")
+	if at < start {
+		return rawURL
+	}
+	colon := strings.Index(rawURL[start:at], ":")
+	if colon < 0 {
+		return rawURL // a user name only
+	}
+	return rawURL[:start+colon+1] + "xxxxx" + rawURL[at:]
 }

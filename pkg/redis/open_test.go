@@ -20,7 +20,10 @@ func TestRedacted(t *testing.T) {
 		{"redis://:s3cret@localhost:6379", "redis://:xxxxx@localhost:6379"},
 		{"rediss://user:s3cret@redis.example:6380/2", "rediss://user:xxxxx@redis.example:6380/2"},
 		{"redis://user@localhost", "redis://user@localhost"},
-		{"redis://u:s3cret@host:bad port", "<unparsable redis url>"},
+		// Not a URL: masked by its shape, so the problem stays visible.
+		{"redis://u:s3cret@host:bad port", "redis://u:xxxxx@host:bad port"},
+		{"u:s3cret@host:6379", "u:xxxxx@host:6379"},
+		{"127.0.0.1:6390", "127.0.0.1:6390"},
 	} {
 		if got := Redacted(tc.in); got != tc.want {
 			t.Errorf("Redacted(%q) = %q, want %q", tc.in, got, tc.want)
@@ -133,8 +136,8 @@ func TestOpenErrors(t *testing.T) {
 		want string
 	}{
 		{"no address", Settings{}, "redis url is empty"},
-		{"bad scheme", Settings{URL: "http://u:s3cret@localhost"}, "parse redis url"},
-		{"bad url", Settings{URL: "redis://u:s3cret@host:bad port"}, "parse redis url"},
+		{"bad scheme", Settings{URL: "http://u:s3cret@localhost"}, `redis url "http://u:xxxxx@localhost": redis: invalid URL scheme: http`},
+		{"bad url", Settings{URL: "redis://u:s3cret@host:bad port"}, `invalid port ":bad port" after host`},
 		{"sentinel without addresses", Settings{MasterName: "m"}, "without sentinel addresses"},
 		{"cluster with a db", Settings{URL: "redis://localhost/3", ClusterAddrs: []string{"localhost:7000"}}, "only db 0"},
 		{"missing ca file", Settings{URL: "rediss://localhost", TLSCAFile: filepath.Join(dir, "none.pem")}, "tls ca file"},
@@ -225,5 +228,81 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	if res[0].Remaining != 3 {
 		t.Errorf("second hit after failover = %+v, want 3 remaining (the first was replicated)", res[0])
+	}
+}
+
+// TestOpenURLErrors: a URL that does not parse is named, with its password
+// masked but the rest shown, and the accepted forms are listed.
+func TestOpenURLErrors(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"127.0.0.1:6390", `redis url "127.0.0.1:6390": no scheme (want redis://host:port[/db]`},
+		{"redis.redis.svc:6379", `redis url "redis.redis.svc:6379": no scheme (want redis://host:port[/db]`},
+		{"redis://u:s3cret@host:bad port", `redis url "redis://u:xxxxx@host:bad port": `},
+		{"http://host:6379", `redis url "http://host:6379": redis: invalid URL scheme: http (want`},
+	} {
+		_, err := Open(Settings{URL: tc.url}, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v, want an error starting %q", tc.url, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q) error %q shows the password", tc.url, err)
+		}
+	}
+}
+
+// TestOpenUnixSocket: unix:///path reaches a Redis on its unix socket.
+func TestOpenUnixSocket(t *testing.T) {
+	t.Parallel()
+	_, sock := redistest.StartUnix(t)
+	s, err := Open(Settings{URL: "unix://" + sock, CallTimeout: testTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r := applyOnce(t, s, "unix"); !r.Allowed || r.Remaining != 4 {
+		t.Errorf("first hit = %+v, want Allowed with 4 remaining", r)
+	}
+}
+
+// TestOpenTLSSkipHostname: a certificate for 127.0.0.1 reached as
+// "localhost" fails verification, unless the hostname check is skipped; the
+// chain is still checked (a CA that did not sign it fails).
+func TestOpenTLSSkipHostname(t *testing.T) {
+	t.Parallel()
+	srv, ca := redistest.StartTLS(t)
+	_, port, _ := strings.Cut(srv.Addr(), ":")
+	url := "rediss://localhost:" + port
+	for _, tc := range []struct {
+		name   string
+		skip   bool
+		caFile string
+		ok     bool
+	}{
+		{"hostname checked", false, ca, false},
+		{"hostname skipped", true, ca, true},
+		{"hostname skipped, wrong CA", true, otherCA(t), false},
+	} {
+		s, err := Open(Settings{URL: url, TLSCAFile: tc.caFile, TLSSkipHostnameVerification: tc.skip, CallTimeout: time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Ping(context.Background())
+		s.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: Ping = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// otherCA writes the CA of a second, unrelated TLS Redis.
+func otherCA(t *testing.T) string {
+	_, ca := redistest.StartTLS(t)
+	return ca
+}
+
+func TestOpenTLSClientCertNeedsKey(t *testing.T) {
+	_, err := Open(Settings{URL: "rediss://127.0.0.1:1", TLSCertFile: "cert.pem"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "set both") {
+		t.Errorf("Open with a certificate and no key = %v, want an error", err)
 	}
 }

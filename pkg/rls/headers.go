@@ -31,6 +31,10 @@ const (
 	HeadersCompat
 )
 
+// DefaultCompatNames are the HeadersCompat header names: the limit, the
+// remaining and the reset, as envoyproxy/ratelimit names them by default.
+var DefaultCompatNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+
 // ParseHeaderSet parses the --response-headers setting: a comma-separated
 // list of "draft", "compat" and "none" ("none" alone sends nothing). It
 // returns an error naming the unknown word.
@@ -85,9 +89,9 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decisio
 		}
 		if s.opts.Headers&HeadersCompat != 0 {
 			hs = append(hs,
-				&corev3.HeaderValue{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
-				&corev3.HeaderValue{Key: "RateLimit-Remaining", Value: strconv.FormatUint(r.Remaining, 10)},
-				&corev3.HeaderValue{Key: "RateLimit-Reset", Value: reset})
+				&corev3.HeaderValue{Key: s.opts.CompatNames[0], Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
+				&corev3.HeaderValue{Key: s.opts.CompatNames[1], Value: strconv.FormatUint(r.Remaining, 10)},
+				&corev3.HeaderValue{Key: s.opts.CompatNames[2], Value: reset})
 		}
 	}
 	if d.Code == ratelimit.OverLimit {

@@ -34,6 +34,7 @@ func TestHeadersGolden(t *testing.T) {
 		name    string
 		headers string
 		rawBody bool
+		names   [3]string                 // CompatNames
 		warmup  []*rlsv3.RateLimitRequest // sent before, answers ignored
 		advance time.Duration
 		req     *rlsv3.RateLimitRequest
@@ -42,6 +43,7 @@ func TestHeadersGolden(t *testing.T) {
 		{name: "allowed_compat", headers: "compat", req: request(key)},
 		{name: "allowed_both", headers: "draft,compat", req: request(key)},
 		{name: "allowed_none", headers: "none", req: request(key)},
+		{name: "allowed_compat_names", headers: "compat", names: [3]string{"X-Limit", "", "X-Reset"}, req: request(key)},
 		{name: "denied", headers: "draft", warmup: []*rlsv3.RateLimitRequest{request(key), request(key), request(key)}, advance: 20 * time.Second, req: request(key)},
 		{name: "denied_both_raw_body", headers: "draft,compat", rawBody: true, warmup: []*rlsv3.RateLimitRequest{request(key), request(key), request(key)}, advance: 20 * time.Second, req: request(key)},
 		{name: "denied_none", headers: "none", warmup: []*rlsv3.RateLimitRequest{request(key), request(key), request(key)}, req: request(key)},
@@ -59,7 +61,7 @@ func TestHeadersGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, clk := newTestService(t, Options{Headers: hs, RawBody: tc.rawBody})
+			s, clk := newTestService(t, Options{Headers: hs, RawBody: tc.rawBody, CompatNames: tc.names})
 			for _, w := range tc.warmup {
 				call(t, s, w)
 			}

@@ -41,6 +41,11 @@ type Options struct {
 	// Headers selects the response header sets; zero sends none.
 	// cmd/server's default is HeadersDraft.
 	Headers HeaderSet
+	// CompatNames are the names of the HeadersCompat headers: the limit, the
+	// remaining and the reset (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER). An empty name takes
+	// the default of DefaultCompatNames.
+	CompatNames [3]string
 	// RawBody sets the JSON body Envoy sends with a 429,
 	// {"error":"rate_limited","retry_after_seconds":N}, and its content-type.
 	RawBody bool
@@ -76,6 +81,11 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 func New(o Options) *Service {
 	if o.Decider == nil {
 		panic("rls: Options.Decider is nil")
+	}
+	for i, n := range o.CompatNames {
+		if n == "" {
+			o.CompatNames[i] = DefaultCompatNames[i]
+		}
 	}
 	if o.MaxDescriptors <= 0 {
 		o.MaxDescriptors = DefaultMaxDescriptors

@@ -50,11 +50,13 @@ func TestMain(m *testing.M) {
 
 // sluice is one running sluice process.
 type sluice struct {
-	cmd      *exec.Cmd
-	GRPCAddr string
-	HTTPAddr string
-	Client   rlsv3.RateLimitServiceClient
-	Conn     *grpc.ClientConn
+	cmd         *exec.Cmd
+	GRPCAddr    string
+	HTTPAddr    string
+	DebugAddr   string // "" when the debug listener is off
+	MetricsAddr string // "" without --metrics-addr
+	Client      rlsv3.RateLimitServiceClient
+	Conn        *grpc.ClientConn
 
 	mu     sync.Mutex
 	stderr strings.Builder
@@ -69,13 +71,30 @@ func (s *sluice) Log() string {
 }
 
 // startSluice runs the binary with args on 127.0.0.1 ports chosen at run
-// time, waits for its "listening" log line, and stops it with SIGTERM at the
-// end of the test, requiring exit status 0.
+// time, waits for its "listening" log line, connects a plaintext client,
+// and stops it with SIGTERM at the end of the test, requiring exit status 0.
 func startSluice(t *testing.T, args ...string) *sluice {
 	t.Helper()
-	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
-	s := &sluice{cmd: exec.Command(binary, args...), exited: make(chan error, 1)}
-	s.cmd.Dir = "../.."
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = "../.."
+	s := startCmd(t, cmd)
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Conn = conn
+	s.Client = rlsv3.NewRateLimitServiceClient(conn)
+	t.Cleanup(func() { conn.Close() })
+	return s
+}
+
+// startCmd starts cmd (the binary, however invoked), waits for its
+// "listening" log line (JSON logs), and stops it with SIGTERM at the end of
+// the test, requiring exit status 0. It does not connect a client.
+func startCmd(t *testing.T, cmd *exec.Cmd) *sluice {
+	t.Helper()
+	s := &sluice{cmd: cmd, exited: make(chan error, 1)}
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -94,12 +113,14 @@ func startSluice(t *testing.T, args ...string) *sluice {
 			s.stderr.WriteString(line + "\n")
 			s.mu.Unlock()
 			var l struct {
-				Msg      string `json:"msg"`
-				GRPCAddr string `json:"grpc_addr"`
-				HTTPAddr string `json:"http_addr"`
+				Msg         string `json:"msg"`
+				GRPCAddr    string `json:"grpc_addr"`
+				HTTPAddr    string `json:"http_addr"`
+				DebugAddr   string `json:"debug_addr"`
+				MetricsAddr string `json:"metrics_addr"`
 			}
 			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "listening" {
-				s.GRPCAddr, s.HTTPAddr = l.GRPCAddr, l.HTTPAddr
+				s.GRPCAddr, s.HTTPAddr, s.DebugAddr, s.MetricsAddr = l.GRPCAddr, l.HTTPAddr, l.DebugAddr, l.MetricsAddr
 				once.Do(func() { close(ready) })
 			}
 		}
@@ -114,14 +135,7 @@ func startSluice(t *testing.T, args ...string) *sluice {
 		s.cmd.Process.Kill()
 		t.Fatalf("sluice did not start listening:\n%s", s.Log())
 	}
-	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Conn = conn
-	s.Client = rlsv3.NewRateLimitServiceClient(conn)
 	t.Cleanup(func() {
-		conn.Close()
 		s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-s.exited:

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestHealthcheck: /healthcheck answers 200 "OK" as envoyproxy/ratelimit's
+// does, and 500 while what --healthcheck-requires names is missing; by
+// default an unreachable store does not fail it (it is a liveness probe in
+// the peer's deployments).
+func TestHealthcheck(t *testing.T) {
+	dead := "redis://127.0.0.1:1/0"
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+	}{
+		{"healthy", []string{"--config", "../../config"}, 200},
+		{"store down, not required", []string{"--config", "../../config", "--redis-url", dead}, 200},
+		{"store down, required", []string{"--config", "../../config", "--redis-url", dead, "--healthcheck-requires", "STORE", "--health-interval", "10ms"}, 500},
+		{"no config, not required", []string{"--config", t.TempDir()}, 200},
+		{"no config, required", []string{"--config", t.TempDir(), "--healthcheck-requires", "config"}, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := launch(t, tc.args...)
+			url := "http://" + r.srv.httpLn.Addr().String() + "/healthcheck"
+			var code int
+			var body string
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if code, body = get(t, url); code == tc.wantCode {
+					break
+				}
+			}
+			if code != tc.wantCode || (code == 200 && body != "OK") {
+				t.Errorf("/healthcheck = %d %q, want %d", code, body, tc.wantCode)
+			}
+		})
+	}
+}
+
+// TestDebugListener: /rlconfig prints the config as envoyproxy/ratelimit
+// does, and pprof answers, on --debug-addr.
+func TestDebugListener(t *testing.T) {
+	r := launch(t, "--config", "../../config")
+	var addr string
+	for _, x := range r.srv.extra {
+		if x.name == "debug-addr" {
+			addr = x.ln.Addr().String()
+		}
+	}
+	code, body := get(t, "http://"+addr+"/rlconfig")
+	if code != 200 || !strings.Contains(body, "edge.api_key: unit=MINUTE requests_per_unit=100, shadow_mode: false, quota_mode: false\n") {
+		t.Errorf("/rlconfig = %d:\n%s", code, body)
+	}
+	if code, body := get(t, "http://"+addr+"/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("/debug/pprof/ = %d", code)
+	}
+	if code, body := get(t, "http://"+addr+"/"); code != 200 || !strings.Contains(body, "/rlconfig: ") {
+		t.Errorf("/ = %d %q", code, body)
+	}
+}
+
+func TestWriteRLConfig(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "c.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 5}
+    descriptors:
+      - key: b
+        value: x
+        shadow_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: whitelist
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	writeRLConfig(&b, cfg)
+	want := "d.a: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
+		"d.a.b_x: unit=HOUR requests_per_unit=0, shadow_mode: true, quota_mode: false\n" +
+		"d.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"
+	if b.String() != want {
+		t.Errorf("writeRLConfig:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// TestCompatMetricsListener: --compat-metrics adds envoyproxy/ratelimit's
+// names, served on --metrics-addr at --metrics-path as on /metrics.
+func TestCompatMetricsListener(t *testing.T) {
+	r := launch(t, "--config", "../../config", "--compat-metrics", "--metrics-addr", "127.0.0.1:0", "--metrics-path", "/m")
+	for range 3 {
+		if _, err := r.client.ShouldRateLimit(context.Background(), edgeRequest([]string{"remote_address", "198.51.100.9"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var addr string
+	for _, x := range r.srv.extra {
+		if x.name == "metrics-addr" {
+			addr = x.ln.Addr().String()
+		}
+	}
+	code, body := get(t, "http://"+addr+"/m")
+	for _, want := range []string{`ratelimit_service_rate_limit_total_hits{domain="edge",key1="remote_address"} 3`,
+		`ratelimit_service_rate_limit_within_limit{domain="edge",key1="remote_address"} 3`, "sluice_store_calls_total"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET /m = %d, lacks %q", code, want)
+		}
+	}
+	if code, _ := get(t, "http://"+addr+"/metrics"); code != 404 {
+		t.Errorf("GET /metrics on --metrics-addr = %d, want 404 (the path is /m)", code)
+	}
+}
+
+// TestGRPCUnixSocket: --grpc-addr unix:PATH (envoyproxy/ratelimit's
+// GRPC_UDS) serves on a unix socket.
+func TestGRPCUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "rl.sock")
+	s, err := parseSettings([]string{"--config", "../../config", "--grpc-addr", "unix:" + sock, "--http-addr", "127.0.0.1:0", "--debug-addr", ""},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(s, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "uds"}))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Errorf("ShouldRateLimit over the unix socket = %v, %v", resp.GetOverallCode(), err)
+	}
+}
+
+// TestGRPCClientAuthIfGiven: with --grpc-client-auth=if-given (Envoy
+// Gateway's GRPC_SERVER_TLS_CA_CERT) a client without a certificate is
+// served, and a certificate that is sent must chain to the CA and, with
+// --grpc-client-san, name that host.
+func TestGRPCClientAuthIfGiven(t *testing.T) {
+	p := newPKI(t)
+	other := newPKI(t)
+	for _, tc := range []struct {
+		san   string
+		certs []tls.Certificate
+		ok    bool
+	}{
+		{"", nil, true},
+		{"", []tls.Certificate{p.clientCert}, true},
+		{"", []tls.Certificate{other.clientCert}, false},
+		{"127.0.0.1", []tls.Certificate{p.clientCert}, true},
+		{"envoy.example", []tls.Certificate{p.clientCert}, false},
+	} {
+		args := []string{"--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey, "--grpc-client-ca", p.caFile, "--grpc-client-auth", "IF-GIVEN"}
+		if tc.san != "" {
+			args = append(args, "--grpc-client-san", tc.san)
+		}
+		srv, _, _ := startServer(t, args...)
+		creds := credentials.NewTLS(&tls.Config{RootCAs: p.caPool, Certificates: tc.certs, MinVersion: tls.VersionTLS12})
+		conn, err := grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, edgeRequest([]string{"api_key", "tls"}))
+		cancel()
+		conn.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("san %q, %d client certificates: error %v, want ok=%v", tc.san, len(tc.certs), err, tc.ok)
+		}
+	}
+}
+
+// TestGRPCCertReload: a new certificate in the same files is served to new
+// connections without a restart.
+func TestGRPCCertReload(t *testing.T) {
+	p := newPKI(t)
+	r, err := newCertReloader(p.serverCert, p.serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := r.getCertificate(nil)
+	q := newPKI(t)
+	for _, f := range [][2]string{{q.serverCert, p.serverCert}, {q.serverKey, p.serverKey}} {
+		data, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Minute)
+		os.Chtimes(f[1], later, later)
+	}
+	second, _ := r.getCertificate(nil)
+	if bytes.Equal(first.Certificate[0], second.Certificate[0]) {
+		t.Error("the certificate was not read again after its files changed")
+	}
+}
+
+// TestCLI: help and version as subcommands and flags, help on stdout,
+// check --help.
+func TestCLI(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		wantStdout string
+	}{
+		{[]string{"--help"}, 0, "usage: sluice [flags]"},
+		{[]string{"help"}, 0, "  -redis-url string"},
+		{[]string{"version"}, 0, "sluice "},
+		{[]string{"--version"}, 0, "sluice "},
+		{[]string{"check", "--help"}, 0, "usage: sluice check PATH..."},
+		{[]string{"check", "-h"}, 0, "file:line:col"},
+	} {
+		var out, errOut bytes.Buffer
+		code := cli(tc.args, &out, &errOut, func(string) string { return "" })
+		if code != tc.code || !strings.Contains(out.String(), tc.wantStdout) {
+			t.Errorf("sluice %v = %d, stdout %q, stderr %q: want %d and %q on stdout", tc.args, code, out.String(), errOut.String(), tc.code, tc.wantStdout)
+		}
+	}
+}
+
+// TestUnknownEnv: a misspelt SLUICE_* variable is named with the setting it
+// probably meant.
+func TestUnknownEnv(t *testing.T) {
+	got := unknownEnv([]string{"SLUICE_LOGLEVEL=debug", "SLUICE_REDIS_URL=redis://x", "SLUICE_REDIS_ULR=x", "SLUICE_WHATEVER_THIS_IS=1", "PATH=/bin"})
+	want := []string{
+		"SLUICE_LOGLEVEL is not a Sluice setting (ignored); did you mean SLUICE_LOG_LEVEL?",
+		"SLUICE_REDIS_ULR is not a Sluice setting (ignored); did you mean SLUICE_REDIS_URL?",
+		"SLUICE_WHATEVER_THIS_IS is not a Sluice setting (ignored)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("unknownEnv =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestSettingsCaseInsensitive: words in flags and SLUICE_* values are
+// case-insensitive, as envoyproxy/ratelimit's are.
+func TestSettingsCaseInsensitive(t *testing.T) {
+	env := map[string]string{"SLUICE_LOG_LEVEL": "INFO", "SLUICE_FAILURE_MODE": "Allow", "SLUICE_RESPONSE_HEADERS": "DRAFT,Compat", "SLUICE_RAW_BODY": "TRUE"}
+	s, err := parseSettings([]string{"--log-format", "JSON"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LogLevel != "info" || s.FailureMode != "allow" || s.ResponseHeaders != "draft,compat" || !s.RawBody || s.LogFormat != "json" {
+		t.Errorf("settings %q %q %q %v %q", s.LogLevel, s.FailureMode, s.ResponseHeaders, s.RawBody, s.LogFormat)
+	}
+}
+
+// TestConfigTree: with --config-tree (envoyproxy/ratelimit's runtime
+// layout) every file below the directory loads, whatever its extension, a
+// change in a subdirectory reloads, and dotfiles load only with
+// --config-dotfiles; /config shows the version.
+func TestConfigTree(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "team", "a")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(sub, "limits.conf"), limitConfig(5))
+	write(t, filepath.Join(dir, ".other"), "domain: dotted\n")
+	r := launch(t, "--config", dir, "--config-tree", "--reload-debounce", "50ms")
+	eventually(t, r.client, 5, "a .conf file two levels down")
+	write(t, filepath.Join(sub, "limits.conf"), limitConfig(6))
+	eventually(t, r.client, 6, "an edit in a subdirectory")
+	cfg := getConfig(t, r.srv)
+	if files, _ := cfg["files"].([]any); len(files) != 1 || cfg["version"] == "" || cfg["version"] == nil {
+		t.Errorf("/config = %v, want one file (the dotfile skipped) and a version", cfg)
+	}
+	r2 := launch(t, "--config", dir, "--config-tree", "--config-dotfiles")
+	if files, _ := getConfig(t, r2.srv)["files"].([]any); len(files) != 2 {
+		t.Errorf("with --config-dotfiles: files %v, want the dotfile too", files)
+	}
+}
