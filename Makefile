@@ -40,7 +40,7 @@ fuzz:
 # shared/compat beside the repository, not in it, hence a target of their own
 # (CI runs it).
 compat:
-	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./test/integration/
+	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./test/integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
