@@ -168,6 +168,18 @@ func TestXDSSnapshots(t *testing.T) {
 		t.Errorf("/config = %v", cfg)
 	}
 
+	dbg := ""
+	for _, x := range r.srv.extra {
+		if x.name == "debug-addr" {
+			dbg = x.ln.Addr().String()
+		}
+	}
+	rl := httpBody(t, "http://"+dbg+"/rlconfig")
+	if !strings.Contains(rl, "first-listener.first-route_first-route.masked_remote_address_192.168.0.10/32: unit=HOUR requests_per_unit=20, shadow_mode: false") ||
+		!strings.HasSuffix(rl, "# config source: xds server="+srv.Addr()+" node_id=envoy-ratelimit version=2 connected=true\n") {
+		t.Errorf("/rlconfig:\n%s", rl)
+	}
+
 	// Envoy Gateway restarts: empty, counting versions from 1 again.
 	srv.Restart()
 	srv.Set(xdstest.NodeID, "1", rcs...)
