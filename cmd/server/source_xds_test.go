@@ -146,9 +146,35 @@ func TestXDSSnapshots(t *testing.T) {
 		t.Errorf("hit 21 on 20 an hour: %v, want OVER_LIMIT", code)
 	}
 
-	// Version 3 loses the second limit's unit: refused, and version 2
-	// keeps deciding.
-	bad := []*rlsconfv3.RateLimitConfig{proto.Clone(rcs[0]).(*rlsconfv3.RateLimitConfig)}
+	checkXDSRefusal(t, r, srv, rcs[0], first, second)
+
+	// Envoy Gateway restarts: empty, counting versions from 1 again.
+	srv.Restart()
+	srv.Set(xdstest.NodeID, "1", rcs...)
+	if !srv.WaitFor(10*time.Second, func() bool {
+		rs := srv.Replies()
+		return len(rs) > 0 && rs[len(rs)-1].Version == "1" && rs[len(rs)-1].ACK
+	}) {
+		t.Fatalf("no ACK after the restart: %+v", srv.Replies())
+	}
+	if code, rem := decide(t, r.client, second, 1); code != rlsv3.RateLimitResponse_OK || rem != 298 {
+		t.Errorf("second route after the restart: %v, %d remaining; want OK, 298", code, rem)
+	}
+	body := httpBody(t, "http://"+r.srv.httpLn.Addr().String()+"/metrics")
+	for _, want := range []string{"sluice_xds_connected 1", `sluice_xds_config_info{version="1"} 1`, "sluice_xds_streams_total 2",
+		"sluice_xds_acks_total 3", `sluice_config_loads_total{result="error"} 1`, `sluice_config_loads_total{result="ok"} 3`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// checkXDSRefusal sets version 3, rc with the second limit's unit lost:
+// it is refused with a positioned error, version 2 keeps deciding, and
+// /config and /rlconfig say so.
+func checkXDSRefusal(t *testing.T, r *running, srv *xdstest.Server, rc *rlsconfv3.RateLimitConfig, first, second xdstest.Call) {
+	t.Helper()
+	bad := []*rlsconfv3.RateLimitConfig{proto.Clone(rc).(*rlsconfv3.RateLimitConfig)}
 	bad[0].Descriptors[1].Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
 	srv.Set(xdstest.NodeID, "3", bad...)
 	wantErr := "xds:first-listener: descriptors[1].descriptors[0].rate_limit.unit: missing unit (want second, minute, hour, day, week, month or year)"
@@ -180,25 +206,6 @@ func TestXDSSnapshots(t *testing.T) {
 		t.Errorf("/rlconfig:\n%s", rl)
 	}
 
-	// Envoy Gateway restarts: empty, counting versions from 1 again.
-	srv.Restart()
-	srv.Set(xdstest.NodeID, "1", rcs...)
-	if !srv.WaitFor(10*time.Second, func() bool {
-		rs := srv.Replies()
-		return len(rs) > 0 && rs[len(rs)-1].Version == "1" && rs[len(rs)-1].ACK
-	}) {
-		t.Fatalf("no ACK after the restart: %+v", srv.Replies())
-	}
-	if code, rem := decide(t, r.client, second, 1); code != rlsv3.RateLimitResponse_OK || rem != 298 {
-		t.Errorf("second route after the restart: %v, %d remaining; want OK, 298", code, rem)
-	}
-	body := httpBody(t, "http://"+r.srv.httpLn.Addr().String()+"/metrics")
-	for _, want := range []string{"sluice_xds_connected 1", `sluice_xds_config_info{version="1"} 1`, "sluice_xds_streams_total 2",
-		"sluice_xds_acks_total 3", `sluice_config_loads_total{result="error"} 1`, `sluice_config_loads_total{result="ok"} 3`} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
 }
 
 // TestXDSWrongNodeID: a node id the server has no config for gets none,

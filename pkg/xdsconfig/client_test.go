@@ -123,8 +123,34 @@ func TestClientLifecycle(t *testing.T) {
 		t.Errorf("Status = %+v", s)
 	}
 
-	// A refused snapshot: NACKed with positioned errors, delivered once,
-	// re-sent by the server and refused again without a new delivery.
+	checkRefusal(t, srv, c, o)
+
+	// A fixed snapshot is taken within the hold.
+	srv.Set(xdstest.NodeID, "3", egConfigs(t, "month-year-rule.yaml")...)
+	if cfg, err := o.next(t); err != nil || cfg.Domain("first-listener") == nil {
+		t.Fatalf("config 3 = %v, %v", cfg, err)
+	}
+	if r := srv.WaitReply("3", 5*time.Second); !r.ACK {
+		t.Fatalf("version 3: %+v, want an ACK", r)
+	}
+	checkMetrics(t, reg, map[string]float64{"sluice_xds_connected": 1, `sluice_xds_config_info{version="3"}`: 1})
+	got := metrics(t, reg)
+	if n := got["sluice_xds_acks_total"]; n != 2 {
+		t.Errorf("acks = %v, want 2", n)
+	}
+	nacks, resends := got["sluice_xds_nacks_total"], got["sluice_xds_refused_resends_total"]
+	if nacks < 2 || resends != nacks-1 {
+		t.Errorf("nacks = %v, refused re-sends = %v; want every NACK but the first to be a re-send", nacks, resends)
+	}
+
+	checkRestart(t, srv, c, o)
+}
+
+// checkRefusal sets a snapshot that does not build: it is NACKed with
+// positioned errors and delivered once, and the server's re-sends are
+// refused again without a new delivery.
+func checkRefusal(t *testing.T, srv *xdstest.Server, c *xdsconfig.Client, o *outcomes) {
+	t.Helper()
 	bad := egConfigs(t, "month-year-rule.yaml")
 	bad[0].Descriptors[1].Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
 	srv.Set(xdstest.NodeID, "2", bad...)
@@ -147,27 +173,13 @@ func TestClientLifecycle(t *testing.T) {
 		t.Errorf("Status = %+v, want version 1 in force, 2 refused", s)
 	}
 
-	// A fixed snapshot is taken within the hold.
-	srv.Set(xdstest.NodeID, "3", egConfigs(t, "month-year-rule.yaml")...)
-	if cfg, err := o.next(t); err != nil || cfg.Domain("first-listener") == nil {
-		t.Fatalf("config 3 = %v, %v", cfg, err)
-	}
-	if r := srv.WaitReply("3", 5*time.Second); !r.ACK {
-		t.Fatalf("version 3: %+v, want an ACK", r)
-	}
-	checkMetrics(t, reg, map[string]float64{"sluice_xds_connected": 1, `sluice_xds_config_info{version="3"}`: 1})
-	got := metrics(t, reg)
-	if n := got["sluice_xds_acks_total"]; n != 2 {
-		t.Errorf("acks = %v, want 2", n)
-	}
-	nacks, resends := got["sluice_xds_nacks_total"], got["sluice_xds_refused_resends_total"]
-	if nacks < 2 || resends != nacks-1 {
-		t.Errorf("nacks = %v, refused re-sends = %v; want every NACK but the first to be a re-send", nacks, resends)
-	}
+}
 
-	// A restarted server comes back empty and counts from 1 again: the
-	// client reconnects, and the same content under version 1 is ACKed
-	// without a new delivery.
+// checkRestart restarts the server, which comes back empty and counts from
+// 1 again: the client reconnects, and the same content under version 1 is
+// ACKed without a new delivery; new content is delivered.
+func checkRestart(t *testing.T, srv *xdstest.Server, c *xdsconfig.Client, o *outcomes) {
+	t.Helper()
 	srv.Restart()
 	srv.Set(xdstest.NodeID, "1", egConfigs(t, "month-year-rule.yaml")...)
 	if !srv.WaitFor(10*time.Second, func() bool {

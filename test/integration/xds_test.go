@@ -97,20 +97,7 @@ func TestEnvoyGatewayXDS(t *testing.T) {
 	if r := xds.WaitReply("1", 10*time.Second); !r.ACK {
 		t.Fatalf("version 1: %+v\n%s", r, s.Log())
 	}
-	for _, rc := range rcs[:2] {
-		calls, err := xdstest.Calls(rc, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range calls { // 5 a second each
-			if code, rem := egCall(t, client, c, 5); code != rlsv3.RateLimitResponse_OK || rem != 0 {
-				t.Errorf("%s %v: 5 hits = %v, %d remaining; want OK, 0", c.Domain, c.Entries, code, rem)
-			}
-			if code, _ := egCall(t, client, c, 1); code != rlsv3.RateLimitResponse_OVER_LIMIT {
-				t.Errorf("%s %v: hit 6 = %v, want OVER_LIMIT", c.Domain, c.Entries, code)
-			}
-		}
-	}
+	checkFivePerSecond(t, client, rcs[:2])
 	if n, err := redistest.Do(redisSrv.Addr(), "DBSIZE"); err != nil || n.(int64) < 4 {
 		t.Errorf("Redis holds %v keys (%v), want the counters", n, err)
 	}
@@ -189,6 +176,26 @@ func TestEnvoyGatewayXDSWrongNodeID(t *testing.T) {
 	if _, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "first-listener",
 		Descriptors: []*rlcommon.RateLimitDescriptor{d}}); err == nil || !strings.Contains(err.Error(), "Unavailable") {
 		t.Errorf("a call without a config: %v, want UNAVAILABLE", err)
+	}
+}
+
+// checkFivePerSecond checks each limit of rcs, all 5 a second: 5 hits
+// admitted, the sixth over the limit.
+func checkFivePerSecond(t *testing.T, client rlsv3.RateLimitServiceClient, rcs []*rlsconfv3.RateLimitConfig) {
+	t.Helper()
+	for _, rc := range rcs {
+		calls, err := xdstest.Calls(rc, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range calls {
+			if code, rem := egCall(t, client, c, 5); code != rlsv3.RateLimitResponse_OK || rem != 0 {
+				t.Errorf("%s %v: 5 hits = %v, %d remaining; want OK, 0", c.Domain, c.Entries, code, rem)
+			}
+			if code, _ := egCall(t, client, c, 1); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("%s %v: hit 6 = %v, want OVER_LIMIT", c.Domain, c.Entries, code)
+			}
+		}
 	}
 }
 
