@@ -35,12 +35,13 @@ fuzz:
 	done
 
 # envoyproxy/ratelimit's own configs must load (valid/) or be refused with a
-# positioned error (invalid/), and test/integration's copies of the Istio and
-# Envoy Gateway Deployments must match the originals. They live in
-# shared/compat beside the repository, not in it, hence a target of their own
-# (CI runs it).
+# positioned error (invalid/), every RateLimitConfig Envoy Gateway generates
+# must build and decide when served over xDS (envoy-gateway/), and
+# test/integration's copies of the Istio and Envoy Gateway Deployments must
+# match the originals. They live in shared/compat beside the repository, not
+# in it, hence a target of their own (CI runs it).
 compat:
-	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./test/integration/
+	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./cmd/server/ ./test/integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -58,7 +58,8 @@ func (srv *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 }
 
 // debugHandler serves the debug listener: /rlconfig (the config in force,
-// as envoyproxy/ratelimit prints it), pprof under /debug/pprof/, and an
+// as envoyproxy/ratelimit prints it, and for a config over xDS a last line
+// naming its server, node id and version), pprof under /debug/pprof/, and an
 // index at /.
 func (srv *server) debugHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -71,6 +72,12 @@ func (srv *server) debugHandler() http.Handler {
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		writeRLConfig(w, srv.core.Config())
+		if si := srv.config.src.Info(); si.Kind == "xds" {
+			// envoyproxy/ratelimit prints the rules alone; a config over
+			// xDS also says where it came from, after them.
+			fmt.Fprintf(w, "# config source: xds server=%s node_id=%s version=%s connected=%t\n",
+				si.Server, si.NodeID, si.Version, si.Connected != nil && *si.Connected)
+		}
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

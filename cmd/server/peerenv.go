@@ -21,7 +21,7 @@ import (
 // does with it: it sets Sluice settings (honoured, with the peer's formats:
 // its host and port pairs, its Redis URL forms, its directory layout), or it
 // is named in one start-up warning line that says what Sluice does instead,
-// or it stops the start with an error (memcache, xDS for now).
+// or it stops the start with an error (memcache).
 
 // peerVar is one of the peer's settings.
 type peerVar struct {
@@ -107,7 +107,7 @@ func (p *peerEnv) applied() []string {
 		if flag == "redis-url" {
 			v = redis.Redacted(v)
 		}
-		if flag == "redis-sentinel-auth" {
+		if flag == "redis-sentinel-auth" || flag == "xds-headers" {
 			v = "(set)"
 		}
 		line := fmt.Sprintf("--%s=%s (%s)", flag, v, strings.Join(p.from[flag], ", "))
@@ -119,11 +119,6 @@ func (p *peerEnv) applied() []string {
 	slices.Sort(out)
 	return append(out, p.noted...)
 }
-
-// errPeerXDS is returned for CONFIG_TYPE=GRPC_XDS_SOTW until Sluice's xDS
-// config source reads the CONFIG_GRPC_XDS_* and XDS_CLIENT_* settings.
-var errPeerXDS = errors.New("CONFIG_TYPE=GRPC_XDS_SOTW: Sluice cannot load its config over xDS yet; " +
-	"give it the config as files (CONFIG_TYPE=FILE, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config, or --config)")
 
 // readPeerEnv reads every set peer variable through getenv. It returns the
 // translation, or an error naming the variable for a value that does not
@@ -272,18 +267,15 @@ func logFormat(p *peerEnv, name, v string) error {
 	return nil
 }
 
-// configType accepts FILE and refuses xDS until the xDS source exists.
+// configType accepts FILE, and GRPC_XDS_SOTW, which turns on the xDS
+// config source with the peer's xDS client settings (peerXDS).
 func configType(p *peerEnv, name, v string) error {
 	switch strings.ToUpper(v) {
 	case "FILE":
 		p.note(name, v, "config from files (RUNTIME_* or --config)")
 		return nil
 	case "GRPC_XDS_SOTW":
-		// Where the xDS config source plugs in: set its settings here
-		// (p.set) and let xdsVar, the apply function of every
-		// CONFIG_GRPC_XDS_* and XDS_CLIENT_* entry of peerVars, map those
-		// variables instead of warning about them.
-		return errPeerXDS
+		return peerXDS(p)
 	}
 	return fmt.Errorf("%s=%q (envoyproxy/ratelimit's setting): want FILE or GRPC_XDS_SOTW", name, v)
 }
@@ -292,7 +284,7 @@ func configType(p *peerEnv, name, v string) error {
 // CONFIG_TYPE=FILE the peer does not read them either.
 func xdsVar(p *peerEnv, name, v string) error {
 	if strings.EqualFold(p.get("CONFIG_TYPE"), "GRPC_XDS_SOTW") {
-		return nil // refused with CONFIG_TYPE itself
+		return nil // mapped with CONFIG_TYPE itself (peerXDS)
 	}
 	p.warn(name, v, "not used: CONFIG_TYPE is not GRPC_XDS_SOTW (the config comes from files)")
 	return nil
@@ -685,27 +677,24 @@ var peerVars = []peerVar{
 		"(a client certificate that is sent must chain to it; clients that send none are still served, as before)", grpcTLS},
 	{"LOG_LEVEL", "WARN", "`--log-level`, any case (`trace` is `debug`; `fatal`, `panic` are `error`)", logLevel},
 	{"LOG_FORMAT", "text", "`--log-format`: `text` is `console`, `json` is `json`", logFormat},
-	{"CONFIG_TYPE", "FILE", "`FILE`: the config from files; `GRPC_XDS_SOTW`: refused at start for now (Sluice's xDS source is coming)", configType},
-	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "Sluice always starts without a config and reports not ready until one loads",
-		func(p *peerEnv, name, v string) error {
-			p.note(name, v, "Sluice always starts, not ready until a config loads")
-			return nil
-		}},
-	{"CONFIG_GRPC_XDS_NODE_ID", "default", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_NODE_METADATA", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"XDS_CLIENT_BACKOFF_JITTER", "true", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", "xDS (refused for now); ignored with `CONFIG_TYPE=FILE`", xdsVar},
+	{"CONFIG_TYPE", "FILE", "`FILE`: the config from files; `GRPC_XDS_SOTW`: the config over xDS (`--xds-server`), with the settings below", configType},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "`--start-without-config`: ready before the first config, answering OK for every domain " +
+		"(without it Sluice starts too, not ready until a config loads)", forceStart},
+	{"CONFIG_GRPC_XDS_NODE_ID", "default", "`--xds-node-id` (with `GRPC_XDS_SOTW`, `default` when unset); ignored with `CONFIG_TYPE=FILE`", xdsVar},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", "", "`--xds-node-metadata` (`key=value,...`); ignored with `CONFIG_TYPE=FILE`", xdsVar},
+	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", "`--xds-server` (with `GRPC_XDS_SOTW`, `localhost:18000` when unset); ignored with `CONFIG_TYPE=FILE`", xdsVar},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", "warned: connection attempts follow the `XDS_CLIENT_BACKOFF_*` backoff", xdsVar},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", "`--xds-headers` (`key:value,...`); ignored with `CONFIG_TYPE=FILE`", xdsVar},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", "`true`: `--xds-tls` with the files below; the files are not read otherwise", xdsVar},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", "`--xds-tls-cert` (with `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`)", xdsVar},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", "`--xds-tls-key` (with `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`)", xdsVar},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", "`--xds-tls-ca` (with `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`; instead of the system roots, where the peer adds it to them)", xdsVar},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", "`--xds-tls-server-name` (with `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`)", xdsVar},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", "`--xds-backoff-initial` (Sluice's default: 500ms)", xdsVar},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", "`--xds-backoff-max` (Sluice's default: 30s)", xdsVar},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", "`--xds-backoff-jitter` (the peer uses it as its backoff's growth factor, so its waits never grow; Sluice's double)", xdsVar},
+	{"XDS_CLIENT_BACKOFF_JITTER", "true", "`false`: `--xds-backoff-jitter=0`", xdsVar},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", "`--xds-max-msg-bytes`", xdsVar},
 	{"USE_DOG_STATSD", "false", "`false` as Sluice; `true` warned (" + noStatsd + ")", warnedUnless(isFalse, noStatsd)},
 	{"USE_DOG_STATSD_MOGRIFIERS", "", "warned (" + noStatsd + ")", warned(noStatsd)},
 	{"USE_STATSD", "true", "`false` as Sluice; `true` warned (" + noStatsd + ")", warnedUnless(isFalse, noStatsd)},

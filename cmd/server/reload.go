@@ -26,8 +26,8 @@ type configSink interface {
 // built (err nil), or the builder's errors (cfg nil).
 type deliverFunc func(cfg *descriptors.Config, err error)
 
-// configSource is a place configs come from: files (fileSource) today, an
-// xDS server later. A source builds its configs with pkg/descriptors (Load,
+// configSource is a place configs come from: files (fileSource) or an xDS
+// server (xdsSource). A source builds its configs with pkg/descriptors (Load,
 // or Build on Documents of its own) and delivers every outcome; what to do
 // with one (swap it in, count it, log it, show it on /config) is
 // configState's.
@@ -49,16 +49,34 @@ type configSource interface {
 
 // sourceInfo describes a config source.
 type sourceInfo struct {
-	// Kind is "file" (later "xds").
+	// Kind is "file" or "xds".
 	Kind string `json:"kind"`
 	// Path is --config, for a file source.
 	Path string `json:"path,omitempty"`
+	// Server and NodeID are --xds-server and --xds-node-id, for an xds
+	// source.
+	Server string `json:"server,omitempty"`
+	NodeID string `json:"node_id,omitempty"`
+	// Connected reports, for an xds source, that its stream is open.
+	Connected *bool `json:"connected,omitempty"`
+	// Version is the xDS version_info of the config in force, and
+	// RefusedVersion that of the last one refused since ("" if none).
+	Version        string `json:"version,omitempty"`
+	RefusedVersion string `json:"refused_version,omitempty"`
 }
 
 // fields are the log fields that name the source.
 func (si sourceInfo) fields() []zap.Field {
-	if si.Path != "" {
+	switch {
+	case si.Path != "":
 		return []zap.Field{zap.String("config_file", si.Path)}
+	case si.Kind == "xds":
+		f := []zap.Field{zap.String("config_source", si.Kind), zap.String("xds_server", si.Server),
+			zap.String("node_id", si.NodeID), zap.String("version", si.Version)}
+		if si.RefusedVersion != "" {
+			f = append(f, zap.String("refused_version", si.RefusedVersion))
+		}
+		return f
 	}
 	return []zap.Field{zap.String("config_source", si.Kind)}
 }
@@ -141,7 +159,11 @@ func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 	}
 	cs.loadedAt = time.Now()
 	cs.lastErr = nil
-	cs.log.Info("config loaded", zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains())))
+	fields := []zap.Field{zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains()))}
+	if si := cs.src.Info(); si.Kind != "file" {
+		fields = append(fields, si.fields()...)
+	}
+	cs.log.Info("config loaded", fields...)
 }
 
 // ServeHTTP answers /config: the source, the config in force (its files,

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 	"github.com/sluicehq/sluice/pkg/redis"
@@ -101,12 +102,9 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	if err := srv.newServices(); err != nil {
 		return nil, err
 	}
-	// A bad config at start is not fatal: Sluice serves NOT_SERVING (and
-	// answers UNAVAILABLE) until a fixed config is loaded by the watcher.
-	files := newFileSource(s.Config, s.selection(), s.ReloadDebounce, log)
-	srv.config = newConfigState(srv.reg, srv.core, files, log)
-	srv.config.version = versionString()
-	files.load(srv.config.deliver)
+	if err := srv.newConfig(); err != nil {
+		return nil, err
+	}
 
 	if err := srv.newGRPC(); err != nil {
 		return nil, err
@@ -207,6 +205,35 @@ func (srv *server) newServices() error {
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,
 	})
+	return nil
+}
+
+// newConfig sets up the config source the settings name: --xds-server, or
+// the files of --config, loaded once now. A bad config at start is not
+// fatal: Sluice serves NOT_SERVING (and answers UNAVAILABLE) until a good
+// one loads, unless --start-without-config makes it serve an empty config
+// (every domain unknown, answered OK) until then.
+func (srv *server) newConfig() error {
+	s, log := srv.set, srv.log
+	if s.StartWithoutConfig {
+		empty, _ := descriptors.Build()
+		srv.core.SetConfig(empty)
+		log.Info("starting without a config: every domain answers OK until one loads")
+	}
+	if s.XDS.Server != "" {
+		src, err := newXDSSource(&s.XDS, srv.reg, log)
+		if err != nil {
+			return err
+		}
+		srv.config = newConfigState(srv.reg, srv.core, src, log)
+		srv.config.version = versionString()
+		log.Info("config from xDS", src.Info().fields()...)
+		return nil
+	}
+	files := newFileSource(s.Config, s.selection(), s.ReloadDebounce, log)
+	srv.config = newConfigState(srv.reg, srv.core, files, log)
+	srv.config.version = versionString()
+	files.load(srv.config.deliver)
 	return nil
 }
 

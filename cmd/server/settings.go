@@ -75,6 +75,10 @@ type settings struct {
 	MaxKeyBytes     int
 	Version         bool
 	ReadyNeedsStore bool
+	// StartWithoutConfig and XDS are the config source's settings
+	// (settings_xds.go).
+	StartWithoutConfig bool
+	XDS                xdsSettings
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
@@ -154,8 +158,14 @@ func (s *settings) table() []setting {
 		{"max-entries", "most entries in one descriptor", strconv.Itoa(rls.DefaultMaxEntries), &s.MaxEntries},
 		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
 		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
+		{"start-without-config", "be ready before a config has loaded, answering OK for every domain until one does", "false", &s.StartWithoutConfig},
 		{"version", "print the version and exit", "false", &s.Version},
 	}
+}
+
+// allSettings is table with the xDS source's settings (settings_xds.go).
+func (s *settings) allSettings() []setting {
+	return append(s.table(), s.XDS.table()...)
 }
 
 // defaultCompatNames is the default of --compat-header-names.
@@ -178,7 +188,7 @@ func parseSettings(args []string, getenv func(string) string, helpOut io.Writer)
 	s := &settings{peer: peer}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints below
-	for _, t := range s.table() {
+	for _, t := range s.allSettings() {
 		def, src := t.def, ""
 		if v, ok := peer.vals[t.name]; ok {
 			def, src = v, strings.Join(peer.from[t.name], ", ")+" (envoyproxy/ratelimit's settings)"
@@ -260,7 +270,7 @@ func defineFlag(fs *flag.FlagSet, t setting, def string) error {
 func unknownEnv(environ []string) []string {
 	known := map[string]bool{}
 	var names []string
-	for _, t := range (&settings{}).table() {
+	for _, t := range (&settings{}).allSettings() {
 		known[envName(t.name)] = true
 		names = append(names, envName(t.name))
 	}
@@ -324,6 +334,9 @@ func (s *settings) validate() error {
 		return fmt.Errorf("--response-headers: %v", err)
 	}
 	if err := s.validateDropIn(); err != nil {
+		return err
+	}
+	if err := s.XDS.validate(); err != nil {
 		return err
 	}
 	switch s.LogLevel {
@@ -460,7 +473,7 @@ func (s *settings) failureMode() descriptors.FailureMode {
 func writeTable(w io.Writer) {
 	fmt.Fprintln(w, "| flag | environment | default | meaning |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
-	for _, t := range (&settings{}).table() {
+	for _, t := range (&settings{}).allSettings() {
 		def := "`" + t.def + "`"
 		if t.def == "" {
 			def = "(empty)"

@@ -73,8 +73,8 @@ func build(docs []*Document, errs []*Error) (*Config, error) {
 		d := b.document(doc)
 		if d.Name != "" {
 			if first, ok := c.domains[d.Name]; ok {
-				b.errorAt(d.pos, "domain", "domain %s is already defined in %s (one domain per file; merge the two files)",
-					quote(d.Name), where(first.File, first.pos))
+				b.errorAt(d.pos, "domain", "domain %s is already defined in %s (%s)",
+					quote(d.Name), where(first.File, first.pos), mergeHint(doc.File))
 			} else {
 				c.domains[d.Name] = d
 			}
@@ -377,6 +377,15 @@ func (b *builder) replaces(f Field[[]*ReplaceNode], path, self string) []string 
 		}
 	}
 	return names
+}
+
+// mergeHint says how to fix a domain defined twice, in the terms of the
+// source of file: a file path, or "xds:" and a resource name.
+func mergeHint(file string) string {
+	if strings.HasPrefix(file, "xds:") {
+		return "one domain per resource; the xDS server must send each domain in a single RateLimitConfig"
+	}
+	return "one domain per file; merge the two files"
 }
 
 // where formats a position in file for a message: "file:line:col", or the

@@ -124,7 +124,7 @@ func TestBuildErrors(t *testing.T) {
 			xdsDoc("a", "api"),
 			xdsDoc("b", "api"),
 		}, []string{
-			`xds:b: domain: domain "api" is already defined in xds:a (one domain per file; merge the two files)`,
+			`xds:b: domain: domain "api" is already defined in xds:a (one domain per resource; the xDS server must send each domain in a single RateLimitConfig)`,
 			`xds:empty: domain: empty domain`,
 			`xds:none: domain: missing domain`,
 		}},

@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -358,22 +357,6 @@ func checkEGPaths(t *testing.T, c container) {
 		if e.Name == "PROMETHEUS_ADDR" && e.Value != ":19001" {
 			t.Errorf("PROMETHEUS_ADDR %q, want :19001 (the port Envoy Gateway scrapes)", e.Value)
 		}
-	}
-}
-
-// TestEnvoyGatewayXDSRefused: with the exact env of Envoy Gateway's
-// Deployment (CONFIG_TYPE=GRPC_XDS_SOTW) Sluice refuses to start and says
-// why, until its xDS config source exists.
-func TestEnvoyGatewayXDSRefused(t *testing.T) {
-	c := loadDeployment(t, "envoy-gateway-ratelimit-deployment.yaml")
-	cmd := exec.Command(binary)
-	for _, e := range c.Env {
-		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
-	}
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "CONFIG_TYPE=GRPC_XDS_SOTW: Sluice cannot load its config over xDS yet") {
-		t.Errorf("exit %v, output %q: want exit 2 and the xDS refusal", err, out)
 	}
 }
 
