@@ -51,7 +51,7 @@ func TestDifferential(t *testing.T) {
 	requests := []uint64{0, 1, 2, 3, 5, 10, 100, 1 << 32, 1<<32 - 1, 1 << 60, math.MaxUint64}
 	sizes := []uint64{0, 1, 1, 1, 2, 3, 5, 11, 200, 1 << 33, 1 << 60, limiter.MaxCount + 1}
 
-	model := map[identity]limiter.Counter{}
+	model := map[identity]limiter.State{}
 	type write struct {
 		at  time.Time // real time before the call that wrote
 		ttl time.Duration
@@ -64,7 +64,7 @@ func TestDifferential(t *testing.T) {
 		t.Helper()
 		want := model[id]
 		i, cur, prev, ok := readCounter(t, c, counterKey(s.prefix, limiter.Hit{Key: id.key, Limit: limiter.Limit{Window: id.w}}))
-		got := limiter.Counter{Index: i, Cur: cur, Prev: prev}
+		got := limiter.State{At: i, N: [2]uint64{cur, prev}}
 		if got == want {
 			return
 		}
@@ -104,12 +104,15 @@ func TestDifferential(t *testing.T) {
 		for _, h := range hits {
 			check(step, identity{h.Key, h.Limit.Window})
 		}
-		counters := make([]limiter.Counter, n)
+		counters := make([]limiter.State, n)
 		for i, h := range hits {
 			counters[i] = model[identity{h.Key, h.Limit.Window}]
 		}
 		nowMs := simNow.Load()
-		want, next, admitted := limiter.Evaluate(nowMs, hits, counters)
+		want, next, admitted, err := limiter.Evaluate(nowMs, hits, counters)
+		if err != nil {
+			t.Fatalf("step %d: Evaluate: %v", step, err)
+		}
 
 		before := time.Now()
 		got, err := s.Apply(context.Background(), hits)
@@ -134,11 +137,11 @@ func TestDifferential(t *testing.T) {
 				for i, h := range hits {
 					for j, id := range expirable {
 						if mask&(1<<j) != 0 && id == (identity{h.Key, h.Limit.Window}) {
-							alt[i] = limiter.Counter{}
+							alt[i] = limiter.State{}
 						}
 					}
 				}
-				if w2, n2, a2 := limiter.Evaluate(nowMs, hits, alt); equalResults(got, w2) {
+				if w2, n2, a2, _ := limiter.Evaluate(nowMs, hits, alt); equalResults(got, w2) {
 					want, next, admitted, explained = w2, n2, a2, true
 					for j, id := range expirable {
 						if mask&(1<<j) != 0 {
@@ -163,12 +166,12 @@ func TestDifferential(t *testing.T) {
 			for i, h := range hits {
 				id := identity{h.Key, h.Limit.Window}
 				nc := next[i]
-				if nc.Cur == 0 && nc.Prev == 0 {
-					nc = limiter.Counter{} // the script deletes a zero counter
+				if nc.N == [2]uint64{} {
+					nc = limiter.State{} // the script deletes a zero counter
 				}
-				if nc != model[id] && nc != (limiter.Counter{}) {
+				if nc != model[id] && nc != (limiter.State{}) {
 					w := h.Limit.Window.Milliseconds()
-					e := max(nowMs-nc.Index*w, 0) // 0 when the clock stepped back into an earlier window
+					e := max(nowMs-nc.At*w, 0) // 0 when the clock stepped back into an earlier window
 					written[id] = write{at: before, ttl: time.Duration(2*w-e) * time.Millisecond}
 				}
 				model[id] = nc

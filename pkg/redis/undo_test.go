@@ -36,10 +36,10 @@ func TestUndo(t *testing.T) {
 		r := run(now, key, "a", 1, 100, w, n, flags).([]any)
 		return r[len(r)-2].(int64), r[len(r)-1].(int64)
 	}
-	state := func(key string) limiter.Counter {
+	state := func(key string) limiter.State {
 		t.Helper()
 		i, cur, prev, _ := readCounter(t, c, key)
-		return limiter.Counter{Index: i, Cur: cur, Prev: prev}
+		return limiter.State{At: i, N: [2]uint64{cur, prev}}
 	}
 	idx0 := t0 / w
 	for _, tc := range []struct {
@@ -48,13 +48,13 @@ func TestUndo(t *testing.T) {
 		n       uint64
 		refund  bool
 		undoAt  int64 // ms after t0
-		want    limiter.Counter
+		want    limiter.State
 		wantTTL bool
 	}{
-		{"same window", 5, 3, false, 10, limiter.Counter{Index: idx0, Cur: 5}, true},
-		{"rolled once", 5, 3, false, w + 10, limiter.Counter{Index: idx0 + 1, Prev: 5}, true},
-		{"rolled twice", 5, 3, false, 2*w + 10, limiter.Counter{}, false}, // zero, deleted
-		{"refund that deleted the counter", 2, 5, true, 10, limiter.Counter{Index: idx0, Cur: 2}, true},
+		{"same window", 5, 3, false, 10, limiter.State{At: idx0, N: [2]uint64{5, 0}}, true},
+		{"rolled once", 5, 3, false, w + 10, limiter.State{At: idx0 + 1, N: [2]uint64{0, 5}}, true},
+		{"rolled twice", 5, 3, false, 2*w + 10, limiter.State{}, false}, // zero, deleted
+		{"refund that deleted the counter", 2, 5, true, 10, limiter.State{At: idx0, N: [2]uint64{2, 0}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := counterKey(s.prefix, limiter.Hit{Key: tc.name, Limit: limiter.Limit{Window: w * time.Millisecond}})
