@@ -11,19 +11,62 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 var diffSeed = flag.Uint64("diff.seed", 0, "seed of TestDifferential (0: from the clock)")
 
+// identity is a counter's identity, as limiter.Hit documents it.
 type identity struct {
 	key string
 	w   time.Duration
+	alg limiter.Algorithm
+}
+
+func idOf(h limiter.Hit) identity { return identity{h.Key, h.Limit.Window, h.Limit.Algorithm} }
+
+// readState reads a counter's State back from Redis, as its algorithm's Lua
+// section stores it; a missing key is the zero State.
+func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identity) (limiter.State, bool) {
+	t.Helper()
+	key := counterKey(prefix, limiter.Hit{Key: id.key, Limit: limiter.Limit{Window: id.w, Algorithm: id.alg}})
+	switch id.alg {
+	case limiter.SlidingWindow:
+		i, cur, prev, ok := readCounter(t, c, key)
+		return limiter.State{At: i, N: [2]uint64{cur, prev}}, ok
+	}
+	t.Fatalf("readState: no reader for algorithm %v", id.alg)
+	return limiter.State{}, false
+}
+
+// stateTTL is the TTL the script sets on a counter it writes with state s at
+// nowMs: its expiry, at most two windows away (the sliding window: the end
+// of window At+1).
+func stateTTL(alg limiter.Algorithm, s limiter.State, w, nowMs int64) time.Duration {
+	switch alg {
+	case limiter.SlidingWindow:
+		e := max(nowMs-s.At*w, 0) // 0 when the clock stepped back into an earlier window
+		return time.Duration(2*w-e) * time.Millisecond
+	}
+	panic("stateTTL: no rule for algorithm " + alg.String())
+}
+
+// emptyState reports whether s holds nothing under alg, so that the script
+// deletes its key (the sliding window: no hits in either window).
+func emptyState(alg limiter.Algorithm, s limiter.State) bool {
+	switch alg {
+	case limiter.SlidingWindow:
+		return s.N == [2]uint64{}
+	}
+	panic("emptyState: no rule for algorithm " + alg.String())
 }
 
 // TestDifferential drives limiter.Evaluate (the Go twin) and the Lua script
 // with the same explicit clock and the same random requests, and requires
-// identical Results, identical admissions and identical stored counters.
+// identical Results, identical admissions and identical stored counters. The
+// requests mix every algorithm, refunds, shadow hits and quota groups.
 //
 // Redis expires keys on its own (real) clock while the test clock is
 // simulated, so a counter with a short window may vanish from Redis while the
@@ -63,8 +106,7 @@ func TestDifferential(t *testing.T) {
 	check := func(step int, id identity) {
 		t.Helper()
 		want := model[id]
-		i, cur, prev, ok := readCounter(t, c, counterKey(s.prefix, limiter.Hit{Key: id.key, Limit: limiter.Limit{Window: id.w}}))
-		got := limiter.State{At: i, N: [2]uint64{cur, prev}}
+		got, ok := readState(t, c, s.prefix, id)
 		if got == want {
 			return
 		}
@@ -77,8 +119,9 @@ func TestDifferential(t *testing.T) {
 		t.Fatalf("step %d: counter %q/%v in redis = %+v (exists %v), model %+v", step, id.key, id.w, got, ok, want)
 	}
 
+	algorithms := limiter.Algorithms()
 	const steps = 4000
-	admittedN := 0
+	admittedN, quotaDenied, quotaOverAdmitted := 0, 0, 0
 	for step := range steps {
 		switch r := rng.IntN(100); {
 		case r < 50:
@@ -99,14 +142,16 @@ func TestDifferential(t *testing.T) {
 				Hits:   sizes[rng.IntN(len(sizes))],
 				Refund: rng.IntN(7) == 0,
 				Shadow: rng.IntN(7) == 0,
+				Quota:  rng.IntN(4) == 0,
 			}
+			hits[i].Limit.Algorithm = algorithms[rng.IntN(len(algorithms))]
 		}
 		for _, h := range hits {
-			check(step, identity{h.Key, h.Limit.Window})
+			check(step, idOf(h))
 		}
 		counters := make([]limiter.State, n)
 		for i, h := range hits {
-			counters[i] = model[identity{h.Key, h.Limit.Window}]
+			counters[i] = model[idOf(h)]
 		}
 		nowMs := simNow.Load()
 		want, next, admitted, err := limiter.Evaluate(nowMs, hits, counters)
@@ -126,7 +171,7 @@ func TestDifferential(t *testing.T) {
 			// of them explains the script's answer exactly.
 			var expirable []identity
 			for _, h := range hits {
-				id := identity{h.Key, h.Limit.Window}
+				id := idOf(h)
 				if w, ok := written[id]; ok && time.Since(w.at) >= w.ttl && !slices.Contains(expirable, id) {
 					expirable = append(expirable, id)
 				}
@@ -136,7 +181,7 @@ func TestDifferential(t *testing.T) {
 				alt := slices.Clone(counters)
 				for i, h := range hits {
 					for j, id := range expirable {
-						if mask&(1<<j) != 0 && id == (identity{h.Key, h.Limit.Window}) {
+						if mask&(1<<j) != 0 && id == idOf(h) {
 							alt[i] = limiter.State{}
 						}
 					}
@@ -161,36 +206,49 @@ func TestDifferential(t *testing.T) {
 				}
 			}
 		}
+		for i, h := range hits {
+			switch {
+			case !h.Quota || h.Shadow || h.Refund || got[i].Allowed:
+			case got[i].OverLimit:
+				quotaDenied++
+			case admitted:
+				quotaOverAdmitted++
+			}
+		}
 		if admitted {
 			admittedN++
 			for i, h := range hits {
-				id := identity{h.Key, h.Limit.Window}
+				id := idOf(h)
 				nc := next[i]
-				if nc.N == [2]uint64{} {
-					nc = limiter.State{} // the script deletes a zero counter
+				if emptyState(id.alg, nc) {
+					nc = limiter.State{} // the script deletes an empty counter
 				}
 				if nc != model[id] && nc != (limiter.State{}) {
-					w := h.Limit.Window.Milliseconds()
-					e := max(nowMs-nc.At*w, 0) // 0 when the clock stepped back into an earlier window
-					written[id] = write{at: before, ttl: time.Duration(2*w-e) * time.Millisecond}
+					written[id] = write{at: before, ttl: stateTTL(id.alg, nc, h.Limit.Window.Milliseconds(), nowMs)}
 				}
 				model[id] = nc
 			}
 		}
 		for _, h := range hits {
-			check(step, identity{h.Key, h.Limit.Window})
+			check(step, idOf(h))
 		}
 	}
-	t.Logf("%d steps, %d admitted, %d counters expired by TTL meanwhile", steps, admittedN, expired)
+	t.Logf("%d steps, %d admitted, %d counters expired by TTL meanwhile; quota hits over limit: %d denying, %d in admitted requests",
+		steps, admittedN, expired, quotaDenied, quotaOverAdmitted)
 	if admittedN == 0 || admittedN == steps {
 		t.Errorf("%d of %d requests admitted: the random mix does not exercise both outcomes", admittedN, steps)
+	}
+	if quotaDenied == 0 || quotaOverAdmitted == 0 {
+		t.Errorf("quota hits over limit: %d denying, %d admitted by their group: the random mix does not exercise quota groups",
+			quotaDenied, quotaOverAdmitted)
 	}
 }
 
 func equalResults(a, b []limiter.Result) bool { return slices.Equal(a, b) }
 
 func describe(h limiter.Hit) string {
-	return fmt.Sprintf("{key %q limit %d/%v hits %d refund %v shadow %v}", h.Key, h.Limit.Requests, h.Limit.Window, h.Hits, h.Refund, h.Shadow)
+	return fmt.Sprintf("{key %q limit %d/%v %v hits %d refund %v shadow %v quota %v}",
+		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Hits, h.Refund, h.Shadow, h.Quota)
 }
 
 func describeAll(hits []limiter.Hit) string {

@@ -21,7 +21,7 @@ func TestUndo(t *testing.T) {
 	t0 := int64(1_800_000_000_000) // a window start
 	run := func(now int64, key string, args ...any) any {
 		t.Helper()
-		r, err := slidingWindow.Run(ctx, c, []string{key}, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
+		r, err := script.Run(ctx, c, []string{key}, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestUndo(t *testing.T) {
 		if refund {
 			flags = 1
 		}
-		r := run(now, key, "a", 1, 100, w, n, flags).([]any)
+		r := run(now, key, "a", int(limiter.SlidingWindow), w, 1, 100, n, flags).([]any)
 		return r[len(r)-2].(int64), r[len(r)-1].(int64)
 	}
 	state := func(key string) limiter.State {
@@ -64,7 +64,7 @@ func TestUndo(t *testing.T) {
 				// Roll the stored counter as a later request would.
 				apply(t0+tc.undoAt, key, 0, false)
 			}
-			run(t0+tc.undoAt, key, "u", idx, delta, w)
+			run(t0+tc.undoAt, key, "u", int(limiter.SlidingWindow), w, idx, delta)
 			if got := state(key); got != tc.want {
 				t.Errorf("after undo: %+v, want %+v", got, tc.want)
 			}

@@ -37,7 +37,7 @@ import (
 // The suite checks, with exact Result values compared against limiter.Evaluate
 // run on a model of the counters and against hand-computed values: the
 // sliding window decision and rollover, all or nothing across keys, shared
-// increments on one counter, shadow hits, refunds, check-only
+// increments on one counter, shadow hits, quota groups, refunds, check-only
 // hits, hits over the limit, invalid limits, concurrent requests on one
 // counter (exactly the limit is admitted) and across counters (atomic), and
 // the independence of keys holding unusual bytes. newStore may call t.Fatal; it should register
@@ -55,6 +55,8 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"AllOrNothing", testAllOrNothing},
 		{"SameCounterShares", testSameCounterShares},
 		{"Shadow", testShadow},
+		{"QuotaGroup", testQuotaGroup},
+		{"QuotaGroupDeniedByOthers", testQuotaGroupDeniedByOthers},
 		{"Refund", testRefund},
 		{"CheckOnly", testCheckOnly},
 		{"ExceedsLimit", testExceedsLimit},
@@ -315,6 +317,79 @@ func testShadow(t *testing.T, e *env) {
 	e.apply(limiter.Hit{Key: s, Limit: one, Hits: 100, Shadow: true})
 }
 
+func quota(key string, l limiter.Limit, n uint64) limiter.Hit {
+	return limiter.Hit{Key: key, Limit: l, Hits: n, Quota: true}
+}
+
+// testQuotaGroup: quota hits deny the request only when every one of them is
+// over; then nothing is consumed, and otherwise every counter is, the over
+// quota counters included.
+func testQuotaGroup(t *testing.T, e *env) {
+	a, b, c, s := e.key("a"), e.key("b"), e.key("c"), e.key("s")
+	one, five, ten := limit(1, time.Minute), limit(5, time.Minute), limit(10, time.Minute)
+	e.apply(hit(a, one, 1))
+	// a is over, b is not: the request is admitted and both count.
+	e.expectExact([]limiter.Hit{quota(a, one, 1), quota(b, five, 1)},
+		limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, Remaining: 4, ResetAfter: ms(120_000)},
+	)
+	e.expect([]limiter.Hit{hit(a, limit(3, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	// Both over: denied, and neither the enforced hit on c nor the shadow
+	// hit on s consumes.
+	e.apply(hit(b, five, 4))
+	req := []limiter.Hit{quota(a, one, 1), quota(b, five, 1), hit(c, ten, 1), {Key: s, Limit: ten, Hits: 1, Shadow: true}}
+	for range 2 {
+		e.expectExact(req,
+			limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000), OverLimit: true},
+			limiter.Result{RetryAfter: ms(72_000), ResetAfter: ms(120_000), OverLimit: true},
+			limiter.Result{Allowed: true, Remaining: 10},
+			limiter.Result{Allowed: true, Remaining: 10},
+		)
+	}
+	// A quota group of one is a plain limit.
+	e.expectExact([]limiter.Hit{quota(b, five, 1)},
+		limiter.Result{RetryAfter: ms(72_000), ResetAfter: ms(120_000), OverLimit: true})
+	// A quota hit that is also a shadow hit is outside the group: it never
+	// denies and is counted.
+	e.expectExact([]limiter.Hit{hit(c, ten, 1), {Key: a, Limit: one, Hits: 1, Quota: true, Shadow: true}},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
+		limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000)},
+	)
+	e.expect([]limiter.Hit{hit(a, limit(4, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	// Once one quota hit fits again, the group admits.
+	e.clk.Advance(ms(72_000))
+	e.expectExact([]limiter.Hit{quota(a, one, 1), quota(b, five, 1)},
+		limiter.Result{RetryAfter: ms(48_000), ResetAfter: ms(108_000)},
+		limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(108_000)},
+	)
+}
+
+// testQuotaGroupDeniedByOthers: a quota group that admits does not admit a
+// request that an enforced non-quota hit denies, and its hits are not over
+// limit then.
+func testQuotaGroupDeniedByOthers(t *testing.T, e *env) {
+	a, b, c := e.key("a"), e.key("b"), e.key("c")
+	one, five, ten := limit(1, time.Minute), limit(5, time.Minute), limit(10, time.Minute)
+	e.apply(hit(a, one, 1), hit(b, five, 5))
+	req := []limiter.Hit{quota(c, ten, 1), quota(a, one, 1), hit(b, five, 1)}
+	e.expectExact(req,
+		limiter.Result{Allowed: true, Remaining: 10},
+		limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000)},
+		limiter.Result{RetryAfter: ms(72_000), ResetAfter: ms(120_000), OverLimit: true},
+	)
+	e.expect([]limiter.Hit{hit(c, ten, 0), hit(a, limit(2, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 10},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)},
+	)
+	// A refund in the quota group is outside it and never denies.
+	e.expectExact([]limiter.Hit{{Key: a, Limit: one, Hits: 1, Quota: true, Refund: true}, quota(c, ten, 1)},
+		limiter.Result{Allowed: true, Remaining: 1},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
+	)
+}
+
 func testRefund(t *testing.T, e *env) {
 	k := e.key("k")
 	l := limit(10, time.Minute)
@@ -395,6 +470,7 @@ func testRandomSequence(t *testing.T, e *env) {
 			case 1:
 				h.Shadow = true
 			}
+			h.Quota = r.IntN(3) == 0
 			hits[i] = h
 		}
 		e.apply(hits...)
