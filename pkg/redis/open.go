@@ -71,36 +71,8 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}
-	tlsOn := false
-	if s.URL != "" {
-		o, err := goredis.ParseURL(s.URL)
-		if err != nil {
-			// url.Error quotes the whole URL, password included.
-			if ue, ok := errors.AsType[*url.Error](err); ok {
-				ue.URL = Redacted(s.URL)
-			}
-			return nil, fmt.Errorf("parse redis url %s: %w", Redacted(s.URL), err)
-		}
-		u.Addrs = []string{o.Addr}
-		u.Username, u.Password, u.DB = o.Username, o.Password, o.DB
-		tlsOn = o.TLSConfig != nil
-		u.TLSConfig = o.TLSConfig
-	}
-	if tlsOn || s.TLSCAFile != "" {
-		if u.TLSConfig == nil {
-			u.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		if s.TLSCAFile != "" {
-			pem, err := os.ReadFile(s.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read redis tls ca file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("read redis tls ca file %s: no PEM certificate in it", s.TLSCAFile)
-			}
-			u.TLSConfig.RootCAs = pool
-		}
+	if err := applyURL(u, s); err != nil {
+		return nil, err
 	}
 
 	var c goredis.UniversalClient
@@ -131,6 +103,42 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 	log.Info("redis store configured", zap.String("mode", mode), zap.String("redis_url", Redacted(s.URL)),
 		zap.Strings("addrs", u.Addrs))
 	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, Logger: log}), nil
+}
+
+// applyURL sets u's address, credentials, db and TLS from s.URL and
+// s.TLSCAFile.
+func applyURL(u *goredis.UniversalOptions, s Settings) error {
+	if s.URL != "" {
+		o, err := goredis.ParseURL(s.URL)
+		if err != nil {
+			// url.Error quotes the whole URL, password included.
+			if ue, ok := errors.AsType[*url.Error](err); ok {
+				ue.URL = Redacted(s.URL)
+			}
+			return fmt.Errorf("parse redis url %s: %w", Redacted(s.URL), err)
+		}
+		u.Addrs = []string{o.Addr}
+		u.Username, u.Password, u.DB = o.Username, o.Password, o.DB
+		u.TLSConfig = o.TLSConfig
+	}
+	if u.TLSConfig == nil && s.TLSCAFile == "" {
+		return nil
+	}
+	if u.TLSConfig == nil {
+		u.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if s.TLSCAFile != "" {
+		pem, err := os.ReadFile(s.TLSCAFile)
+		if err != nil {
+			return fmt.Errorf("read redis tls ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("read redis tls ca file %s: no PEM certificate in it", s.TLSCAFile)
+		}
+		u.TLSConfig.RootCAs = pool
+	}
+	return nil
 }
 
 // SetClientLogger sends what go-redis logs by itself (failed dials, Sentinel
