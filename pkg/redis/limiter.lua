@@ -2,9 +2,9 @@
 -- limiter.Evaluate. One call decides one request (or, on a Cluster, the part
 -- of it in one slot), each hit by its own algorithm, so a request that mixes
 -- algorithms is still one atomic step. Each algorithm is a section below with
--- the same functions as its Go file, doing the same float64 operations in the
--- same order (every Lua number is a double), so both give the same answers
--- bit for bit; a differential test checks it.
+-- the steps of its Go file, doing the same float64 operations in the same
+-- order (every Lua number is a double), so both give the same answers bit for
+-- bit; a differential test checks it.
 --
 -- Atomic: Redis runs a script to completion with no other command in
 -- between, so reading, deciding and writing every counter of the request is
@@ -46,8 +46,8 @@
 --             slot's script may deny a request this one admitted.
 --
 -- Mode "c" (check): as "a" but never writes; the reply's admitted says
--- whether "a" would have admitted, and every token is "nothing". For the
--- slots of a Cluster request that another slot already denied.
+-- whether "a" would have admitted, and every token is 0, 0. For the slots of
+-- a Cluster request that another slot already denied.
 --
 -- Mode "u" (undo): take back what an admitting "a" call consumed, when the
 -- request was denied by a script on another Cluster slot.
@@ -58,19 +58,30 @@
 --             (u1, u2) from the "a" reply.
 --   Reply     the number of counters changed.
 --
--- An algorithm's section defines, on its state (at, n1, n2: limiter.State's
--- At, N[0], N[1]), with w the window in ms and L the requests of a hit (of
--- the key's first hit in consume and store):
---   load(key) -> at, n1, n2, exists        the stored state (0, 0, 0 if none)
---   roll(at, n1, n2, w) -> at, n1, n2      the state as seen now
+-- An algorithm's section defines these functions, on its state (at, n1, n2:
+-- limiter.State's At, N[0], N[1]), with w the window in ms and L the
+-- requests of a hit (of the key's first hit in write):
+--   read(key, w) -> at, n1, n2, exists, rat, rn1, rn2
+--       the stored state (0, 0, 0 when there is none) and the state rolled to
+--       now (the Go twin's roll);
 --   decide(at, n1, n2, w, L, n) -> ok, retry_ms
---   consume(at, n1, n2, w, L, inc, dec) -> at, n1, n2
---   remaining(at, n1, n2, w, L), resetAfter(at, n1, n2, w, L)
---   store(key, w, L, at, n1, n2, oat, on1, on2, exists): write the new state
---     over the stored one (only what changed), set the TTL (the state's
---     expiry, at most two windows away), or delete an empty state
---   token(rat, rn1, rn2, at, n1, n2) -> u1, u2 and undo(key, w, u1, u2) -> 0/1
--- and is registered in the algorithms table at the end of the sections.
+--   write(key, w, L, at, n1, n2, inc, dec, oat, on1, on2, exists)
+--       -> at, n1, n2, u1, u2
+--       consume (the Go twin's consume) and store the result over the stored
+--       state: only what changed, with the TTL of its expiry (at most two
+--       windows away), or delete an empty state; u1, u2 is the undo token;
+--   report(at, n1, n2, w, L, allowed) -> remaining (0 unless allowed),
+--       reset_after_ms (the Go twin's remaining and resetAfter);
+--   undo(key, w, u1, u2) -> 1 when it changed the counter, else 0
+-- and registers them in the algorithms table after the sections, under its
+-- limiter.Algorithm number.
+--
+-- Cost: Redis runs the script's body on every call, so every function it
+-- defines is created anew each time, with an allocation per local it
+-- captures, and every table is garbage after it. Hence few functions (the Go
+-- twin's steps grouped per phase), code inline rather than in small helpers,
+-- math.* used directly rather than captured, and few tables: measured in
+-- instructions per call (callgrind), each of these costs more than it saves.
 
 local MAX = 4503599627370496 -- limiter.MaxCount, 2^52: counts stay exact doubles
 local KEY_ARGS, HIT_ARGS, UNDO_ARGS = 2, 4, 4
@@ -87,15 +98,55 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- fmt writes a whole number below 2^63; %d is exact there and about twice
--- as fast as %.0f, which matters at a few conversions per call.
-local function fmt(x)
-  return string.format('%d', x)
+------------------------------------------------------------------------------
+-- sliding_window (limiter.SlidingWindow = 0; pkg/limiter/sliding.go).
+-- State: at = window index i, n1 = cur (hits in window i), n2 = prev (hits in
+-- window i-1); one hash per counter with fields i, c and p (a missing c or p
+-- is 0). e, the part of window i that has passed, is 0 when window i starts
+-- later than now (the clock stepped back).
+
+-- save writes (i, c, p) over the stored (oi, oc, op, exists): only the fields
+-- that changed, then the TTL when ttl is given (HSET keeps an existing one);
+-- an empty state is deleted. Numbers are written with %d: exact below 2^63
+-- and about twice as fast as %.0f.
+local function slidingSave(key, i, c, p, ttl, oi, oc, op, exists)
+  if c == 0 and p == 0 then
+    if exists then
+      redis.call('DEL', key)
+    end
+    return
+  end
+  local args = { 'HSET', key }
+  if not exists or i ~= oi then
+    args[#args + 1] = 'i'
+    args[#args + 1] = string.format('%d', i)
+  end
+  if c ~= oc then
+    args[#args + 1] = 'c'
+    args[#args + 1] = string.format('%d', c)
+  end
+  if p ~= op then
+    args[#args + 1] = 'p'
+    args[#args + 1] = string.format('%d', p)
+  end
+  if #args > 2 then
+    redis.call(unpack(args))
+  end
+  if ttl then
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
+  end
 end
 
--- windowIndex returns floor(now / w), exact in integers even when the double
--- division rounds.
-local function windowIndex(w)
+-- read is load and roll: a state stored in a later window than now's (a
+-- failover to a host whose clock is behind) is kept, seen from the start of
+-- its window. The window index is floor(now / w), made exact in integers even
+-- when the double division rounds.
+local function slidingRead(key, w)
+  local v = redis.call('HMGET', key, 'i', 'c', 'p')
+  local i, c, p, exists = 0, 0, 0, false
+  if v[1] then
+    i, c, p, exists = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
+  end
   local idx = math.floor(now / w)
   local e = now - idx * w
   if e < 0 then
@@ -103,50 +154,21 @@ local function windowIndex(w)
   elseif e >= w then
     idx = idx + 1
   end
-  return idx
-end
-
-------------------------------------------------------------------------------
--- sliding_window (limiter.SlidingWindow = 0; pkg/limiter/sliding.go).
--- State: at = window index i, n1 = cur (hits in window i), n2 = prev (hits in
--- window i-1); one hash per counter with fields i, c and p (a missing c or p
--- is 0).
-local sliding = {}
-
--- elapsed is the part of window at that has passed, 0 when it starts later
--- than now (the clock stepped back).
-local function elapsed(at, w)
-  local e = now - at * w
-  if e < 0 then
-    return 0
+  if i == idx or (i > idx and (c ~= 0 or p ~= 0)) then
+    return i, c, p, exists, i, c, p
+  elseif i == idx - 1 then
+    return i, c, p, exists, idx, 0, c
   end
-  return e
-end
-
-function sliding.load(key)
-  local v = redis.call('HMGET', key, 'i', 'c', 'p')
-  if not v[1] then
-    return 0, 0, 0, false
-  end
-  return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
-end
-
--- roll: a state stored in a later window than now's (a failover to a host
--- whose clock is behind) is kept, seen from the start of its window.
-function sliding.roll(at, cur, prev, w)
-  local idx = windowIndex(w)
-  if at == idx or (at > idx and (cur ~= 0 or prev ~= 0)) then
-    return at, cur, prev
-  elseif at == idx - 1 then
-    return idx, 0, cur
-  end
-  return idx, 0, 0
+  return i, c, p, exists, idx, 0, 0
 end
 
 -- decide: admit iff p*(W-E) + (c+n)*W <= L*W.
-function sliding.decide(at, cur, prev, w, L, n)
-  local W, E = w, elapsed(at, w)
-  local p = prev
+local function slidingDecide(at, cur, prev, w, L, n)
+  local E = now - at * w
+  if E < 0 then
+    E = 0
+  end
+  local W, p = w, prev
   if p * (W - E) + (cur + n) * W <= L * W then
     return true, 0
   end
@@ -165,90 +187,65 @@ function sliding.decide(at, cur, prev, w, L, n)
   return false, (w - E) + need
 end
 
-function sliding.consume(at, cur, prev, w, L, inc, dec)
+-- write is consume and store: cur grows by inc, saturating at MAX, then
+-- shrinks by dec, never below 0. The TTL is the end of window i+1, after
+-- which the counter is empty (limiter's expires), at most two windows from
+-- now. The undo token is the window index and the hits added to cur.
+local function slidingWrite(key, w, L, i, cur, prev, inc, dec, oi, oc, op, exists)
   local c = math.min(cur + inc, MAX)
   if dec >= c then
     c = 0
   else
     c = c - dec
   end
-  return at, c, prev
+  if i ~= oi or c ~= oc or prev ~= op then
+    local e = now - i * w
+    if e < 0 then
+      e = 0
+    end
+    slidingSave(key, i, c, prev, 2 * w - e, oi, oc, op, exists)
+  end
+  return i, c, prev, i, c - cur
 end
 
--- remaining: floor(L - estimate), at least 0.
-function sliding.remaining(at, cur, prev, w, L)
-  local W, E = w, elapsed(at, w)
+-- report is remaining (floor(L - estimate), at least 0; computed only for an
+-- allowed hit) and resetAfter.
+local function slidingReport(at, cur, prev, w, L, allowed)
+  local E = now - at * w
+  if E < 0 then
+    E = 0
+  end
+  local reset = 0
+  if cur > 0 then
+    reset = (w - E) + w
+  elseif prev > 0 then
+    reset = w - E
+  end
+  if not allowed then
+    return 0, reset
+  end
+  local W = w
   local r = math.floor(((L * W - prev * (W - E)) - cur * W) / W)
   if r <= 0 then
-    return 0
+    return 0, reset
   end
-  return r
-end
-
-function sliding.resetAfter(at, cur, prev, w, L)
-  local e = elapsed(at, w)
-  if cur > 0 then
-    return (w - e) + w
-  elseif prev > 0 then
-    return w - e
-  end
-  return 0
-end
-
--- save writes (i, c, p) over the stored (oi, oc, op, exists): only the fields
--- that changed, then the TTL when ttl is given (HSET keeps an existing one);
--- an empty state is deleted.
-local function save(key, i, c, p, ttl, oi, oc, op, exists)
-  if c == 0 and p == 0 then
-    if exists then
-      redis.call('DEL', key)
-    end
-    return
-  end
-  local args = { 'HSET', key }
-  if not exists or i ~= oi then
-    args[#args + 1] = 'i'
-    args[#args + 1] = fmt(i)
-  end
-  if c ~= oc then
-    args[#args + 1] = 'c'
-    args[#args + 1] = fmt(c)
-  end
-  if p ~= op then
-    args[#args + 1] = 'p'
-    args[#args + 1] = fmt(p)
-  end
-  if #args > 2 then
-    redis.call(unpack(args))
-  end
-  if ttl then
-    redis.call('PEXPIRE', key, fmt(ttl))
-  end
-end
-
--- store: the TTL is the end of window i+1, after which the counter is empty
--- (limiter's expires), at most two windows from now.
-function sliding.store(key, w, L, i, c, p, oi, oc, op, exists)
-  save(key, i, c, p, 2 * w - elapsed(i, w), oi, oc, op, exists)
-end
-
--- token: the window index and the hits this call added to cur.
-function sliding.token(ri, rc, rp, i, c, p)
-  return ri, c - rc
+  return r, reset
 end
 
 -- undo subtracts delta from c while the window index is unchanged, from p once
 -- the window rolled once, and drops it after that (the counter no longer
 -- holds it). A counter that a refund had deleted is recreated with a TTL.
-function sliding.undo(key, w, idx, delta)
+local function slidingUndo(key, w, idx, delta)
   if delta == 0 then
     return 0
   end
-  local i, c, p, exists = sliding.load(key)
-  local oi, oc, op = i, c, p
-  if not exists then
-    i = idx
+  local v = redis.call('HMGET', key, 'i', 'c', 'p')
+  local exists = v[1] ~= false
+  local i, c, p = idx, 0, 0
+  if exists then
+    i, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
   end
+  local oi, oc, op = i, c, p
   if i == idx then
     c = math.min(math.max(c - delta, 0), MAX)
   elseif i == idx + 1 then
@@ -257,12 +254,12 @@ function sliding.undo(key, w, idx, delta)
     return 0
   end
   if exists then
-    save(key, i, c, p, nil, oi, oc, op, true)
+    slidingSave(key, i, c, p, nil, oi, oc, op, true)
     return 1
   end
   local ttl = (idx + 2) * w - now
   if ttl > 0 then
-    save(key, i, c, p, ttl, oi, oc, op, false)
+    slidingSave(key, i, c, p, ttl, oi, oc, op, false)
     return 1
   end
   return 0
@@ -270,39 +267,38 @@ end
 
 ------------------------------------------------------------------------------
 -- The registry, indexed by limiter.Algorithm.
-local algorithms = { [0] = sliding }
-
-local function algorithmOf(arg)
-  local A = algorithms[tonumber(arg)]
-  if not A then
-    error('sluice: unknown algorithm ' .. tostring(arg))
-  end
-  return A
-end
+local algorithms = {
+  [0] = { read = slidingRead, decide = slidingDecide, write = slidingWrite, report = slidingReport, undo = slidingUndo },
+}
 
 if mode == 'u' then
   local changed = 0
   for k = 1, #KEYS do
     local b = 2 + (k - 1) * UNDO_ARGS
-    local A = algorithmOf(ARGV[b + 1])
+    local A = algorithms[tonumber(ARGV[b + 1])]
+    if not A then
+      error('sluice: unknown algorithm ' .. ARGV[b + 1])
+    end
     changed = changed + A.undo(KEYS[k], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]))
   end
   return changed
 end
 
--- Modes "a" and "c". Per key: algorithm, window, first hit's requests, stored
--- state (oa, o1, o2, ox), rolled state (ra, r1, r2), growth (inc, dec).
+-- Modes "a" and "c". Per key: algorithm, window, stored state (oa, o1, o2,
+-- ox), rolled state (ra, r1, r2), growth (inc, dec).
 local nk = #KEYS
 local hbase = 2 + KEY_ARGS * nk
 local nh = (#ARGV - hbase) / HIT_ARGS
-local alg, win, kL = {}, {}, {}
+local alg, win = {}, {}
 local oa, o1, o2, ox, ra, r1, r2, inc, dec = {}, {}, {}, {}, {}, {}, {}, {}, {}
 for k = 1, nk do
-  local A = algorithmOf(ARGV[1 + 2 * k])
+  local A = algorithms[tonumber(ARGV[1 + 2 * k])]
+  if not A then
+    error('sluice: unknown algorithm ' .. ARGV[1 + 2 * k])
+  end
   local w = tonumber(ARGV[2 + 2 * k])
   alg[k], win[k], inc[k], dec[k] = A, w, 0, 0
-  oa[k], o1[k], o2[k], ox[k] = A.load(KEYS[k])
-  ra[k], r1[k], r2[k] = A.roll(oa[k], o1[k], o2[k], w)
+  oa[k], o1[k], o2[k], ox[k], ra[k], r1[k], r2[k] = A.read(KEYS[k], w)
 end
 
 -- Every hit is decided with the growth its counter will take: the largest
@@ -312,7 +308,6 @@ for h = 1, nh do
   local b = hbase + (h - 1) * HIT_ARGS
   local k, L, n, f = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   hk[h], hL[h], hf[h] = k, L, f
-  kL[k] = kL[k] or L
   if f % 2 == 1 then
     dec[k] = math.max(dec[k], n)
   else
@@ -320,18 +315,17 @@ for h = 1, nh do
   end
 end
 
-local allowed, exceeds, retry = {}, {}, {}
+local allowed, retry = {}, {}
 local admitted, quotaSeen, quotaAllowed = true, false, false
 for h = 1, nh do
   local k, f = hk[h], hf[h]
   local refund = f % 2 == 1
   local shadow = math.floor(f / 2) % 2 == 1
   if refund then
-    allowed[h], exceeds[h], retry[h] = true, false, 0
+    allowed[h], retry[h] = true, 0
   elseif math.floor(f / 4) % 2 == 1 then
-    allowed[h], exceeds[h], retry[h] = false, true, win[k]
+    allowed[h], retry[h] = false, win[k]
   else
-    exceeds[h] = false
     allowed[h], retry[h] = alg[k].decide(ra[k], r1[k], r2[k], win[k], hL[h], inc[k])
   end
   if not refund and not shadow then
@@ -347,56 +341,55 @@ if quotaSeen and not quotaAllowed then
   admitted = false
 end
 
--- Consume: per counter the largest increment, then the largest refund.
-local na, n1, n2, changed = {}, {}, {}, {}
-for k = 1, nk do
-  na[k], n1[k], n2[k], changed[k] = ra[k], r1[k], r2[k], false
-  if admitted and mode == 'a' then
-    local A = alg[k]
-    na[k], n1[k], n2[k] = A.consume(ra[k], r1[k], r2[k], win[k], kL[k], inc[k], dec[k])
-    changed[k] = na[k] ~= ra[k] or n1[k] ~= r1[k] or n2[k] ~= r2[k]
-    if na[k] ~= oa[k] or n1[k] ~= o1[k] or n2[k] ~= o2[k] then
-      A.store(KEYS[k], win[k], kL[k], na[k], n1[k], n2[k], oa[k], o1[k], o2[k], ox[k])
-    end
-  end
-end
-
--- reply turns a count into a reply value: a string from 2^63 on.
-local function reply(x)
-  if x >= 9223372036854775808 then
-    return string.format('%.0f', x)
-  end
-  return x
-end
-
+-- The reply, first as if nothing were consumed. A remaining of 2^63 or more
+-- is sent as a string: see the header.
 local out = { admitted and 1 or 0, now }
+local o = 2
 for h = 1, nh do
-  local k, L = hk[h], hL[h]
-  local A, w = alg[k], win[k]
-  local remDenied, remAdmitted = 0, 0
-  local resetDenied = A.resetAfter(ra[k], r1[k], r2[k], w, L)
-  local resetAdmitted = resetDenied
-  if allowed[h] then
-    remDenied = A.remaining(ra[k], r1[k], r2[k], w, L)
-    remAdmitted = remDenied
+  local k, f, ok = hk[h], hf[h], allowed[h]
+  local rem, reset = alg[k].report(ra[k], r1[k], r2[k], win[k], hL[h], ok)
+  if rem >= 9223372036854775808 then
+    rem = string.format('%.0f', rem)
   end
-  if changed[k] then
-    resetAdmitted = A.resetAfter(na[k], n1[k], n2[k], w, L)
-    if allowed[h] then
-      remAdmitted = A.remaining(na[k], n1[k], n2[k], w, L)
+  local ex = f % 2 == 0 and math.floor(f / 4) % 2 == 1
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok and 1 or 0, ex and 1 or 0, retry[h], rem
+  out[o + 5], out[o + 6], out[o + 7] = reset, rem, reset
+  o = o + 7
+end
+
+-- Consume, when admitted in mode "a": per counter the largest increment,
+-- then the largest refund. The hits of a counter that changed get the
+-- "if admitted" pair of the new state; each counter's undo token follows the
+-- hits (0, 0 for one left as it was).
+local consume = admitted and mode == 'a'
+for k = 1, nk do
+  local u1, u2 = 0, 0
+  local first = nil -- the key's first hit, whose requests write takes
+  if consume then
+    for h = 1, nh do
+      if hk[h] == k then
+        first = h
+        break
+      end
     end
   end
-  out[#out + 1] = allowed[h] and 1 or 0
-  out[#out + 1] = exceeds[h] and 1 or 0
-  out[#out + 1] = retry[h]
-  out[#out + 1] = reply(remDenied)
-  out[#out + 1] = resetDenied
-  out[#out + 1] = reply(remAdmitted)
-  out[#out + 1] = resetAdmitted
-end
-for k = 1, nk do
-  local u1, u2 = alg[k].token(ra[k], r1[k], r2[k], na[k], n1[k], n2[k])
-  out[#out + 1] = u1
-  out[#out + 1] = u2
+  if first then
+    local A, w = alg[k], win[k]
+    local at, c1, c2
+    at, c1, c2, u1, u2 = A.write(KEYS[k], w, hL[first], ra[k], r1[k], r2[k], inc[k], dec[k], oa[k], o1[k], o2[k], ox[k])
+    if at ~= ra[k] or c1 ~= r1[k] or c2 ~= r2[k] then
+      for h = 1, nh do
+        if hk[h] == k then
+          local rem, reset = A.report(at, c1, c2, w, hL[h], allowed[h])
+          if rem >= 9223372036854775808 then
+            rem = string.format('%.0f', rem)
+          end
+          out[7 * h + 1], out[7 * h + 2] = rem, reset -- hit h's 6th and 7th: 2 + 7*(h-1) + 6
+        end
+      end
+    end
+  end
+  out[o + 1], out[o + 2] = u1, u2
+  o = o + 2
 end
 return out
