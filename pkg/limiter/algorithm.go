@@ -39,6 +39,9 @@ var algorithms = [...]struct {
 //  3. if the request is admitted, consume once per counter;
 //  4. report Remaining and ResetAfter from the resulting State.
 //
+// The steps are few and coarse on purpose: each is an indirect call, and the
+// Lua section groups them the same way (read, decide, write, report).
+//
 // l is the hit's own Limit, except in consume and expires, which act once
 // per counter and get the Limit of the counter's first hit in the request
 // (hits on one counter share Window and Algorithm, not Requests). Times are
@@ -59,11 +62,10 @@ type algorithm interface {
 	// refunding dec (never below empty). inc and dec are each the largest
 	// among the counter's hits and refunds.
 	consume(s State, nowMs int64, l Limit, inc, dec uint64) State
-	// remaining is how many more hits l admits on s right now.
-	remaining(s State, nowMs int64, l Limit) uint64
-	// resetAfter is the time until s admits the full l with no further
-	// traffic.
-	resetAfter(s State, nowMs int64, l Limit) int64
+	// report returns how many more hits l admits on s right now (0 unless
+	// allowed: it is computed for an allowed hit only) and the time until s
+	// admits the full l with no further traffic.
+	report(s State, nowMs int64, l Limit, allowed bool) (remaining uint64, resetAfterMs int64)
 	// expires returns the Unix ms from which s, with no further traffic, is
 	// equivalent to the zero State, and math.MinInt64 when it already is.
 	// MemoryStore drops a counter then, and the Lua section sets the same
@@ -83,21 +85,25 @@ type algorithm interface {
 //
 // Today's algorithms use it as follows; an algorithm added later reads the
 // fields in its own way, as the comments of each sketch:
-//   - sliding_window: At is the window index floor(now_ms / window_ms); N[0]
-//     counts the hits in window At (cur) and N[1] those in window At-1 (prev).
-//   - (fixed_window: At the window index, N[0] the count.)
+//   - sliding_window: At is the window index floor(now_ms / window_ms); N1
+//     counts the hits in window At (cur) and N2 those in window At-1 (prev).
+//   - (fixed_window: At the window index, N1 the count.)
 //   - (token_bucket, GCRA: At the theoretical arrival time.)
-//   - (concurrency: N[0] the requests in flight, At the last acquire.)
+//   - (concurrency: N1 the requests in flight, At the last acquire.)
 //
 // An algorithm whose state does not fit (sub-window counts, a sliding log's
 // times) adds a field for it. Shared code never compares States and Evaluate
 // never changes a State it is given, so a slice field works: its algorithm
-// returns a new slice whenever the state changes.
+// returns a new slice whenever the state changes. The fields are plain words,
+// not an array: Go passes a struct holding an array in memory, not in
+// registers, which made every step of Evaluate several times slower.
+//
+// The Lua script holds the same state as (at, n1, n2).
 type State struct {
 	// At places the state in time: a window index or a Unix ms time.
 	At int64
-	// N holds the algorithm's counts, in hits.
-	N [2]uint64
+	// N1 and N2 are the algorithm's counts, in hits.
+	N1, N2 uint64
 }
 
 // MaxCount caps a stored count. Counts saturate there so that the Lua twin,

@@ -40,9 +40,9 @@ func TestSharedCounterDecidedWithItsGrowth(t *testing.T) {
 	hits := []limiter.Hit{{Key: "k", Limit: l, Hits: 1}, {Key: "k", Limit: l, Hits: 5, Shadow: true}}
 	r, next, ok := evaluate(t, 30_000_000, hits, c)
 	if ok || r[0].Allowed {
-		t.Errorf("admitted %+v (counter would go to %d on a limit of 10)", r[0], next[0].N[0])
+		t.Errorf("admitted %+v (counter would go to %d on a limit of 10)", r[0], next[0].N1)
 	}
-	if next[0].N[0] != 9 {
-		t.Errorf("counter %d after a denial, want 9", next[0].N[0])
+	if next[0].N1 != 9 {
+		t.Errorf("counter %d after a denial, want 9", next[0].N1)
 	}
 }

@@ -89,11 +89,8 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 
 	// Report from the state after the outcome.
 	for i, h := range hits {
-		a := algorithms[h.Limit.Algorithm]
-		if results[i].Allowed {
-			results[i].Remaining = a.remaining(next[i], nowMs, h.Limit)
-		}
-		results[i].ResetAfter = msDuration(a.resetAfter(next[i], nowMs, h.Limit))
+		rem, reset := algorithms[h.Limit.Algorithm].report(next[i], nowMs, h.Limit, results[i].Allowed)
+		results[i].Remaining, results[i].ResetAfter = rem, msDuration(reset)
 	}
 	return admitted
 }

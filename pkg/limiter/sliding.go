@@ -9,8 +9,8 @@ import (
 // pkg/redis/limiter.lua.
 //
 // Its State: At is the index i = floor(now_ms / w) of the current fixed
-// window, N[0] (cur) the hits in window i and N[1] (prev) those in window
-// i-1. At e ms into window i the estimate is prev*(1 - e/w) + cur.
+// window, N1 (cur) the hits in window i and N2 (prev) those in window i-1.
+// At e ms into window i the estimate is prev*(1 - e/w) + cur.
 //
 // The arithmetic is done in float64 in the same order as the Lua script, so
 // both agree bit for bit. Every intermediate result is converted to float64
@@ -39,10 +39,10 @@ func (slidingWindow) denialsHold() bool { return true }
 func (slidingWindow) roll(s State, nowMs int64, l Limit) State {
 	index := floorDiv(nowMs, l.Window.Milliseconds())
 	switch {
-	case s.At == index || s.At > index && (s.N[0] != 0 || s.N[1] != 0):
+	case s.At == index || s.At > index && (s.N1 != 0 || s.N2 != 0):
 		return s
 	case s.At == index-1:
-		return State{At: index, N: [2]uint64{0, s.N[0]}}
+		return State{At: index, N2: s.N1}
 	default:
 		return State{At: index}
 	}
@@ -57,7 +57,7 @@ func (slidingWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int6
 	w := l.Window.Milliseconds()
 	e := elapsed(nowMs, w, s.At)
 	L, W, E := float64(l.Requests), float64(w), float64(e)
-	p, cur, nf := float64(s.N[1]), float64(s.N[0]), float64(n)
+	p, cur, nf := float64(s.N2), float64(s.N1), float64(n)
 	weighted := float64(p * float64(W-E))
 	if float64(weighted+float64(float64(cur+nf)*W)) <= float64(L*W) {
 		return true, 0
@@ -80,46 +80,45 @@ func (slidingWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int6
 // consume adds inc to cur, saturating at MaxCount, then takes dec from it,
 // never below zero; a refund never touches prev.
 func (slidingWindow) consume(s State, _ int64, _ Limit, inc, dec uint64) State {
-	c := min(satAdd(s.N[0], inc), MaxCount)
+	c := min(satAdd(s.N1, inc), MaxCount)
 	if dec >= c {
 		c = 0
 	} else {
 		c -= dec
 	}
-	s.N[0] = c
+	s.N1 = c
 	return s
 }
 
-// remaining is floor(L - estimate), at least 0.
-func (slidingWindow) remaining(s State, nowMs int64, l Limit) uint64 {
-	w := l.Window.Milliseconds()
-	L, W, E := float64(l.Requests), float64(w), float64(elapsed(nowMs, w, s.At))
-	p, cur := float64(s.N[1]), float64(s.N[0])
-	r := math.Floor(float64(float64(float64(L*W)-float64(p*float64(W-E)))-float64(cur*W)) / W)
-	if r <= 0 {
-		return 0
-	}
-	return uint64(r)
-}
-
-// resetAfter is the time until the estimate is zero: the end of the next
-// window while cur holds hits, the end of this one while only prev does.
-func (slidingWindow) resetAfter(s State, nowMs int64, l Limit) int64 {
+// report: remaining is floor(L - estimate), at least 0; the reset is the
+// time until the estimate is zero: the end of the next window while cur
+// holds hits, the end of this one while only prev does.
+func (slidingWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64, int64) {
 	w := l.Window.Milliseconds()
 	e := elapsed(nowMs, w, s.At)
+	var reset int64
 	switch {
-	case s.N[0] > 0:
-		return (w - e) + w
-	case s.N[1] > 0:
-		return w - e
+	case s.N1 > 0:
+		reset = (w - e) + w
+	case s.N2 > 0:
+		reset = w - e
 	}
-	return 0
+	if !allowed {
+		return 0, reset
+	}
+	L, W, E := float64(l.Requests), float64(w), float64(e)
+	p, cur := float64(s.N2), float64(s.N1)
+	r := math.Floor(float64(float64(float64(L*W)-float64(p*float64(W-E)))-float64(cur*W)) / W)
+	if r <= 0 {
+		return 0, reset
+	}
+	return uint64(r), reset
 }
 
 // expires is the start of the second window after At, when both counts have
 // rolled out.
 func (slidingWindow) expires(s State, l Limit) int64 {
-	if s.N[0] == 0 && s.N[1] == 0 {
+	if s.N1 == 0 && s.N2 == 0 {
 		return math.MinInt64
 	}
 	return (s.At + 2) * l.Window.Milliseconds()

@@ -25,7 +25,7 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // sw is a sliding window State: window index, cur and prev.
 func sw(index int64, cur, prev uint64) limiter.State {
-	return limiter.State{At: index, N: [2]uint64{cur, prev}}
+	return limiter.State{At: index, N1: cur, N2: prev}
 }
 
 // evaluate is limiter.Evaluate on input that must be valid.

@@ -35,7 +35,7 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 	switch id.alg {
 	case limiter.SlidingWindow:
 		i, cur, prev, ok := readCounter(t, c, key)
-		return limiter.State{At: i, N: [2]uint64{cur, prev}}, ok
+		return limiter.State{At: i, N1: cur, N2: prev}, ok
 	}
 	t.Fatalf("readState: no reader for algorithm %v", id.alg)
 	return limiter.State{}, false
@@ -58,7 +58,7 @@ func stateTTL(alg limiter.Algorithm, s limiter.State, w, nowMs int64) time.Durat
 func emptyState(alg limiter.Algorithm, s limiter.State) bool {
 	switch alg {
 	case limiter.SlidingWindow:
-		return s.N == [2]uint64{}
+		return s.N1 == 0 && s.N2 == 0
 	}
 	panic("emptyState: no rule for algorithm " + alg.String())
 }

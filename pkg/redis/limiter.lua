@@ -59,7 +59,7 @@
 --   Reply     the number of counters changed.
 --
 -- An algorithm's section defines these functions, on its state (at, n1, n2:
--- limiter.State's At, N[0], N[1]), with w the window in ms and L the
+-- limiter.State's At, N1, N2), with w the window in ms and L the
 -- requests of a hit (of the key's first hit in write):
 --   read(key, w) -> at, n1, n2, exists, rat, rn1, rn2
 --       the stored state (0, 0, 0 when there is none) and the state rolled to
@@ -71,7 +71,7 @@
 --       state: only what changed, with the TTL of its expiry (at most two
 --       windows away), or delete an empty state; u1, u2 is the undo token;
 --   report(at, n1, n2, w, L, allowed) -> remaining (0 unless allowed),
---       reset_after_ms (the Go twin's remaining and resetAfter);
+--       reset_after_ms (the Go twin's report);
 --   undo(key, w, u1, u2) -> 1 when it changed the counter, else 0
 -- and registers them in the algorithms table after the sections, under its
 -- limiter.Algorithm number.

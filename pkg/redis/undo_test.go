@@ -39,7 +39,7 @@ func TestUndo(t *testing.T) {
 	state := func(key string) limiter.State {
 		t.Helper()
 		i, cur, prev, _ := readCounter(t, c, key)
-		return limiter.State{At: i, N: [2]uint64{cur, prev}}
+		return limiter.State{At: i, N1: cur, N2: prev}
 	}
 	idx0 := t0 / w
 	for _, tc := range []struct {
@@ -51,10 +51,10 @@ func TestUndo(t *testing.T) {
 		want    limiter.State
 		wantTTL bool
 	}{
-		{"same window", 5, 3, false, 10, limiter.State{At: idx0, N: [2]uint64{5, 0}}, true},
-		{"rolled once", 5, 3, false, w + 10, limiter.State{At: idx0 + 1, N: [2]uint64{0, 5}}, true},
+		{"same window", 5, 3, false, 10, limiter.State{At: idx0, N1: 5, N2: 0}, true},
+		{"rolled once", 5, 3, false, w + 10, limiter.State{At: idx0 + 1, N1: 0, N2: 5}, true},
 		{"rolled twice", 5, 3, false, 2*w + 10, limiter.State{}, false}, // zero, deleted
-		{"refund that deleted the counter", 2, 5, true, 10, limiter.State{At: idx0, N: [2]uint64{2, 0}}, true},
+		{"refund that deleted the counter", 2, 5, true, 10, limiter.State{At: idx0, N1: 2, N2: 0}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := counterKey(s.prefix, limiter.Hit{Key: tc.name, Limit: limiter.Limit{Window: w * time.Millisecond}})
