@@ -160,6 +160,8 @@ func SetClientLogger(log *zap.Logger) {
 // zapPrintf adapts a zap logger to go-redis's Printf logger.
 type zapPrintf struct{ log *zap.Logger }
 
+// Printf logs one go-redis message at debug level, formatted only when
+// debug is enabled. It is safe for concurrent use, as go-redis requires.
 func (z zapPrintf) Printf(_ context.Context, format string, v ...any) {
 	if ce := z.log.Check(zap.DebugLevel, "go-redis"); ce != nil {
 		ce.Write(zap.String("message", fmt.Sprintf(format, v...)))
