@@ -46,8 +46,8 @@ func Evaluate(nowMs int64, hits []Hit, states []State) (results []Result, next [
 // evalScratch holds the per-call working memory of evaluate, so that a Store
 // can reuse it across calls instead of allocating it on every request.
 type evalScratch struct {
-	leader   []int
-	inc, dec []uint64
+	leader []int
+	growth []uint64 // inc, then dec: one allocation for both
 }
 
 // evaluate is Evaluate writing into results and next (both len(hits)) and
@@ -99,10 +99,10 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 // returns, indexed by leader, the largest Hits among the counter's
 // non-refund hits (inc) and among its refunds (dec). The slices are sc's.
 func growth(hits []Hit, sc *evalScratch) (leader []int, inc, dec []uint64) {
-	sc.leader = groupLeaders(hits, grow(sc.leader, len(hits)))
-	sc.inc = grow(sc.inc, len(hits))
-	sc.dec = grow(sc.dec, len(hits))
-	leader, inc, dec = sc.leader, sc.inc, sc.dec
+	n := len(hits)
+	sc.leader = groupLeaders(hits, grow(sc.leader, n))
+	sc.growth = grow(sc.growth, 2*n)
+	leader, inc, dec = sc.leader, sc.growth[:n:n], sc.growth[n:]
 	for i, h := range hits {
 		l := leader[i]
 		if h.Refund {
