@@ -52,7 +52,9 @@ type algorithm interface {
 	validate(l Limit) error
 	// capacity is the most hits l can ever admit at once (Limit.Capacity).
 	capacity(l Limit) uint64
-	// roll returns s as seen at nowMs.
+	// roll returns s as seen at nowMs. It may read l only through the
+	// counter's identity (Window, Algorithm), since every hit on a counter
+	// must roll its State alike (and the Lua read step sees no Requests).
 	roll(s State, nowMs int64, l Limit) State
 	// decide reports whether n more hits fit under l on the rolled s, and if
 	// not, the time until they would with no further traffic (at least 1).
