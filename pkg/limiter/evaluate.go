@@ -118,10 +118,14 @@ func growth(hits []Hit, sc *evalScratch) (leader []int, inc, dec []uint64) {
 // writing into leader (len(hits)) and returning it.
 func groupLeaders(hits []Hit, leader []int) []int {
 	if len(hits) <= 16 {
-		for i, h := range hits {
+		for i := range hits {
+			h := &hits[i]
 			leader[i] = i
 			for j := range i {
-				if idOf(hits[j]) == idOf(h) {
+				// Field by field, the cheap ones first: comparing counterIDs
+				// costs a call per pair.
+				o := &hits[j]
+				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key {
 					leader[i] = j
 					break
 				}

@@ -147,15 +147,16 @@ func Allow(ctx context.Context, s Store, key string, l Limit) (Result, error) {
 func MarkOverLimit(hits []Hit, results []Result) (admitted bool) {
 	results = results[:len(hits)]
 	quotaSeen, quotaAllowed := false, false
-	for i, h := range hits {
-		if h.Quota && !h.Shadow && !h.Refund {
+	for i := range hits {
+		if h := &hits[i]; h.Quota && !h.Shadow && !h.Refund {
 			quotaSeen = true
 			quotaAllowed = quotaAllowed || results[i].Allowed
 		}
 	}
 	quotaDenied := quotaSeen && !quotaAllowed
 	admitted = true
-	for i, h := range hits {
+	for i := range hits {
+		h := &hits[i]
 		over := !h.Refund && !h.Shadow && !results[i].Allowed && (!h.Quota || quotaDenied)
 		results[i].OverLimit = over
 		admitted = admitted && !over
