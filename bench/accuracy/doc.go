@@ -6,7 +6,7 @@
 // idle gaps, and clockwork clients just over their limit) through two
 // limiters per source, with a simulated millisecond clock:
 //
-//   - the sliding window counter: limiter.Evaluate on one Counter per
+//   - the sliding window counter: limiter.Evaluate on one State per
 //     source, exactly what the in-memory store and the Redis script decide;
 //   - the exact sliding log: a ring of the source's admitted timestamps,
 //     admitting a request iff fewer than Limit requests were admitted in

@@ -1,6 +1,7 @@
 package accuracy
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -102,6 +103,16 @@ func (h *history) inWindow(t int64) int {
 	return len(h.q) - h.start
 }
 
+// evaluate is limiter.Evaluate on the trace's limits, which are constants
+// that Validate (trace.go): an error is a bug in this package.
+func evaluate(t int64, hits []limiter.Hit, states []limiter.State) ([]limiter.Result, []limiter.State, bool) {
+	rs, next, admitted, err := limiter.Evaluate(t, hits, states)
+	if err != nil {
+		panic(fmt.Sprintf("accuracy: %v", err))
+	}
+	return rs, next, admitted
+}
+
 // replay runs one source's times through the counter, an independent
 // sliding log and the exact rule on the counter's history.
 func replay(s Source, times []int64) SourceResult {
@@ -109,14 +120,14 @@ func replay(s Source, times []int64) SourceResult {
 	log := newSlidingLog(s.Limit)
 	hist := history{w: s.Limit.Window.Milliseconds()}
 	hits := []limiter.Hit{{Key: "source", Limit: s.Limit, Hits: 1}}
-	counters := []limiter.Counter{{}}
+	counters := []limiter.State{{}}
 	all := history{w: s.Limit.Window.Milliseconds()}
 	shadow := []limiter.Hit{{Key: "source", Limit: s.Limit, Hits: 1, Shadow: true}}
-	allCounters := []limiter.Counter{{}}
+	allCounters := []limiter.State{{}}
 	L := int(s.Limit.Requests)
 	peak := 0
 	for _, t := range times {
-		rs, nextAll, _ := limiter.Evaluate(t, shadow, allCounters)
+		rs, nextAll, _ := evaluate(t, shadow, allCounters)
 		allCounters[0] = nextAll[0]
 		under, exactUnder := rs[0].Allowed, all.inWindow(t) < L
 		all.q = append(all.q, t)
@@ -134,7 +145,7 @@ func replay(s Source, times []int64) SourceResult {
 			res.CountAll.Under++
 		}
 
-		_, next, admitted := limiter.Evaluate(t, hits, counters)
+		_, next, admitted := evaluate(t, hits, counters)
 		counters[0] = next[0]
 		exact := log.allow(t)
 		inWin := hist.inWindow(t)

@@ -278,6 +278,9 @@ func serverTLS(s *settings) (credentials.TransportCredentials, error) {
 func (srv *server) openStore() error {
 	set := srv.set
 	if set.RedisURL != "" || set.RedisSentinel != "" || set.RedisCluster != "" {
+		// go-redis logs dial failures and topology events through one
+		// process-wide logger: main's to set (STYLE.md section 7).
+		redis.SetClientLogger(srv.log.Named("redis"))
 		sentinelUser, sentinelPass, ok := strings.Cut(set.RedisSentAuth, ":")
 		if !ok {
 			sentinelUser, sentinelPass = "", set.RedisSentAuth

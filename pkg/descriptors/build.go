@@ -346,7 +346,7 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 		if a, ok := limiter.ParseAlgorithm(f.Value); ok {
 			l.Algorithm = a
 		} else {
-			b.errorAt(f.Pos, path+".algorithm", "unknown algorithm %s (want sliding_window)", quote(f.Value))
+			b.errorAt(f.Pos, path+".algorithm", "unknown algorithm %s (want %s)", quote(f.Value), algorithmChoices())
 		}
 	}
 }
@@ -448,4 +448,13 @@ func asErrors(errs []*Error) []error {
 		out[i] = e
 	}
 	return out
+}
+
+// algorithmChoices lists the algorithms' config spellings as "a, b or c".
+func algorithmChoices() string {
+	var names []string
+	for _, a := range limiter.Algorithms() {
+		names = append(names, a.String())
+	}
+	return choices(names)
 }

@@ -12,17 +12,17 @@ import (
 // and let a burst through.
 func TestClockStepBackKeepsCounters(t *testing.T) {
 	hit := []limiter.Hit{{Key: "k", Limit: limiter.Limit{Requests: 3, Window: time.Second}, Hits: 1}}
-	c := []limiter.Counter{{}}
+	c := []limiter.State{{}}
 	now := int64(10_000) // the start of window 10
 	for range 3 {
-		_, next, ok := limiter.Evaluate(now, hit, c)
+		_, next, ok := evaluate(t, now, hit, c)
 		if !ok {
 			t.Fatal("under the limit, denied")
 		}
 		c = next
 	}
 	// 200 ms back, into window 9.
-	r, next, ok := limiter.Evaluate(now-200, hit, c)
+	r, next, ok := evaluate(t, now-200, hit, c)
 	if ok || r[0].Allowed {
 		t.Errorf("after the clock stepped back: admitted %+v, want denied", r[0])
 	}
@@ -36,13 +36,13 @@ func TestClockStepBackKeepsCounters(t *testing.T) {
 // enforced hit cannot let a larger shadow hit push the count over its limit.
 func TestSharedCounterDecidedWithItsGrowth(t *testing.T) {
 	l := limiter.Limit{Requests: 10, Window: time.Minute}
-	c := []limiter.Counter{{Index: 30_000_000 / 60, Cur: 9}, {Index: 30_000_000 / 60, Cur: 9}}
+	c := []limiter.State{sw(30_000_000/60, 9, 0), sw(30_000_000/60, 9, 0)}
 	hits := []limiter.Hit{{Key: "k", Limit: l, Hits: 1}, {Key: "k", Limit: l, Hits: 5, Shadow: true}}
-	r, next, ok := limiter.Evaluate(30_000_000, hits, c)
+	r, next, ok := evaluate(t, 30_000_000, hits, c)
 	if ok || r[0].Allowed {
-		t.Errorf("admitted %+v (counter would go to %d on a limit of 10)", r[0], next[0].Cur)
+		t.Errorf("admitted %+v (counter would go to %d on a limit of 10)", r[0], next[0].N1)
 	}
-	if next[0].Cur != 9 {
-		t.Errorf("counter %d after a denial, want 9", next[0].Cur)
+	if next[0].N1 != 9 {
+		t.Errorf("counter %d after a denial, want 9", next[0].N1)
 	}
 }

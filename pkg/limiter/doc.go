@@ -1,24 +1,44 @@
 // Package limiter is Sluice's proto-free core of the rate-limit decision: the
 // types of a request (Limit, Hit, Result), the Store interface that decides a
-// request against its counters, the algorithms written in Go (Evaluate, the
-// sliding window counter of DESIGN.md section 3), and MemoryStore, the
-// in-memory Store used when no Redis is configured.
+// request against its counters, the algorithms written in Go (one file each,
+// registered in one table, algorithm.go), Evaluate, which decides a request
+// with them, MemoryStore, the in-memory Store used when no Redis is
+// configured, and OverLimitCache, which answers repeated denials.
 //
 // One Envoy ShouldRateLimit request becomes one Store.Apply call. Apply is
 // all or nothing: a request is admitted only if every enforced (non-shadow)
-// hit is, and only an admitted request consumes; shadow hits are counted but
-// never deny; hits on the same counter share one increment. Time is in Unix
-// milliseconds throughout; windows are aligned to the Unix epoch.
+// hit is, a quota group needing just one of its hits (MarkOverLimit), and
+// only an admitted request consumes; shadow hits are counted but never deny;
+// hits on the same counter share one increment. Time is in Unix milliseconds
+// throughout; windows are aligned to the Unix epoch.
 //
-// Evaluate is the Go twin of the Redis Lua script in pkg/redis: written in
-// float64 in the script's operation order, so that a differential test can
-// require both to give the same Results on every sequence. Any Store must
-// pass the contract suite limitertest.TestStore.
+// Evaluate is the Go twin of the Redis Lua script in pkg/redis: each
+// algorithm is written in float64 in its Lua section's operation order, so
+// that a differential test can require both to give the same Results on
+// every sequence. Any Store must pass the contract suite limitertest.TestStore.
 //
 // For a plain Go library user:
 //
 //	store := limiter.NewMemoryStore(limiter.MemoryOptions{})
 //	res, err := limiter.Allow(ctx, store, clientID, limiter.Limit{Requests: 100, Window: time.Minute})
+//
+// # Adding an algorithm
+//
+//  1. A constant of type Algorithm (the next number; never renumber) and
+//     its entry in the algorithms table (algorithm.go), with its config
+//     spelling.
+//  2. A Go file implementing the algorithm interface on State (say
+//     token.go); parameters it needs become Limit fields whose zero value
+//     is its default, checked by its validate.
+//  3. A section of pkg/redis/limiter.lua with the same functions in the
+//     same float64 order, registered in the script's algorithms table under
+//     the same number, and its key code in pkg/redis (algorithmCode).
+//  4. Tests: hand-computed cases and exactness properties beside
+//     sliding_test.go's, the algorithm in the contract suite's and the
+//     Go<->Lua differential test's random mixes, and a TTL case.
+//
+// MemoryStore, OverLimitCache, the key layout and the Cluster handling need
+// no change: they reach the algorithm through the table.
 //
 // The package does not know descriptors, domains, config files, gRPC, Envoy
 // protos or response headers (pkg/descriptors and pkg/rls do), nor Redis

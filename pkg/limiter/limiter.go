@@ -7,60 +7,51 @@ import (
 	"time"
 )
 
-// Algorithm names the counting algorithm of a Limit. The zero value is
-// SlidingWindow, the default of DESIGN.md section 3.
-type Algorithm uint8
-
-const (
-	// SlidingWindow is the sliding window counter: the count of the current
-	// fixed window plus the count of the previous one weighted by the share of
-	// it that still overlaps the sliding window.
-	SlidingWindow Algorithm = iota
-)
-
-// String returns the algorithm's config spelling ("sliding_window").
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding_window"
-	}
-	return fmt.Sprintf("algorithm(%d)", uint8(a))
-}
-
-// ParseAlgorithm returns the Algorithm whose config spelling
-// (rate_limit.algorithm) is s, and false when there is none. The empty
-// string is not a spelling: callers map an unset field to the zero value.
-func ParseAlgorithm(s string) (Algorithm, bool) {
-	switch s {
-	case "sliding_window":
-		return SlidingWindow, true
-	}
-	return 0, false
-}
-
-// Limit is one rate limit: at most Requests hits in any Window.
+// Limit is one rate limit: at most Requests hits in any Window, counted by
+// Algorithm.
 //
 // Requests of 0 is valid and denies every hit (envoyproxy/ratelimit's
 // requests_per_unit: 0). Window must be a positive whole number of
 // milliseconds; Validate reports otherwise. Windows are aligned to the Unix
-// epoch, as Envoy's units are.
+// epoch, as Envoy's units are. The zero Limit does not Validate.
+//
+// The parameters of one algorithm (a token bucket's burst, a sliding
+// window's sub-windows) are fields beside these, each documented with the
+// algorithms that read it; the zero value of each means that algorithm's
+// default, so a Limit built before the field existed keeps its meaning.
+// Limit stays comparable: OverLimitCache compares Limits with ==.
 type Limit struct {
-	Requests  uint64
-	Window    time.Duration
+	// Requests is the limit, in hits (requests_per_unit).
+	Requests uint64
+	// Window is the period the limit applies to (unit times
+	// unit_multiplier), a positive whole number of milliseconds.
+	Window time.Duration
+	// Algorithm counts the hits. Zero: SlidingWindow.
 	Algorithm Algorithm
 }
 
-// Validate returns an error naming the field when l cannot be evaluated: a
-// Window that is not a positive whole number of milliseconds, or an unknown
-// Algorithm. The zero Limit does not Validate.
+// Validate returns an error naming the field when l cannot be evaluated: an
+// Algorithm that is not registered, a Window that is not a positive whole
+// number of milliseconds, or a parameter that l's algorithm refuses.
 func (l Limit) Validate() error {
+	if !l.Algorithm.valid() {
+		return fmt.Errorf("limiter: algorithm: unknown algorithm %v", l.Algorithm)
+	}
 	if l.Window <= 0 || l.Window%time.Millisecond != 0 {
-		return fmt.Errorf("limiter: window %v is not a positive whole number of milliseconds", l.Window)
+		return fmt.Errorf("limiter: window: %v is not a positive whole number of milliseconds", l.Window)
 	}
-	if l.Algorithm != SlidingWindow {
-		return fmt.Errorf("limiter: unknown algorithm %v", l.Algorithm)
+	return algorithms[l.Algorithm].validate(l)
+}
+
+// Capacity returns the most hits l can ever admit at once: Requests for the
+// sliding window. A hit with more Hits than that is never Allowed (its
+// Result says ExceedsLimit). It returns 0 for a Limit whose Algorithm is not
+// registered.
+func (l Limit) Capacity() uint64 {
+	if !l.Algorithm.valid() {
+		return 0
 	}
-	return nil
+	return algorithms[l.Algorithm].capacity(l)
 }
 
 // Hit asks for Hits units of one Limit on the counter named by Key.
@@ -84,7 +75,8 @@ type Hit struct {
 	Shadow bool
 	// Quota puts the hit in the request's quota group (envoyproxy/ratelimit's
 	// quota_mode): an enforced quota hit that is not Allowed denies the
-	// request only when no enforced quota hit of the request is Allowed.
+	// request only when no enforced quota hit of the request is Allowed. A
+	// quota hit that is also Shadow or Refund is outside the group.
 	Quota bool
 }
 
@@ -120,9 +112,11 @@ type Result struct {
 // Store decides a set of hits against their counters. Implementations must be
 // safe for concurrent use.
 type Store interface {
-	// Apply evaluates every hit and, only if every enforced hit is admitted,
-	// consumes them all (all or nothing). It returns one Result per hit, in
-	// input order. Hits with the same counter identity share one increment:
+	// Apply evaluates every hit and, only if the request is admitted (every
+	// enforced hit is Allowed, a quota group needing one Allowed hit: see
+	// MarkOverLimit), consumes them all (all or nothing). It returns one
+	// Result per hit, in input order, with OverLimit set as MarkOverLimit
+	// sets it. Hits with the same counter identity share one increment:
 	// the largest Hits among them. Apply returns an error wrapping
 	// ErrStoreUnavailable when the backing store fails; then no Result is
 	// valid and nothing is known to have been consumed. It returns an error
@@ -142,6 +136,32 @@ func Allow(ctx context.Context, s Store, key string, l Limit) (Result, error) {
 		return Result{}, fmt.Errorf("limiter: store returned %d results for 1 hit: %w", len(res), ErrStoreUnavailable)
 	}
 	return res[0], nil
+}
+
+// MarkOverLimit sets the OverLimit of every Result from the Allowed of all of
+// them, by the rule of Result.OverLimit (quota groups included), and reports
+// whether the request is admitted: no Result is OverLimit. results[i] is
+// hits[i]'s; it panics if the lengths differ. Every Store decides with this
+// rule (Evaluate calls it), so that front ends can read OverLimit instead of
+// recomputing it. It is safe for concurrent use on distinct slices.
+func MarkOverLimit(hits []Hit, results []Result) (admitted bool) {
+	results = results[:len(hits)]
+	quotaSeen, quotaAllowed := false, false
+	for i := range hits {
+		if h := &hits[i]; h.Quota && !h.Shadow && !h.Refund {
+			quotaSeen = true
+			quotaAllowed = quotaAllowed || results[i].Allowed
+		}
+	}
+	quotaDenied := quotaSeen && !quotaAllowed
+	admitted = true
+	for i := range hits {
+		h := &hits[i]
+		over := !h.Refund && !h.Shadow && !results[i].Allowed && (!h.Quota || quotaDenied)
+		results[i].OverLimit = over
+		admitted = admitted && !over
+	}
+	return admitted
 }
 
 // ErrStoreUnavailable is wrapped by the errors a Store returns when its

@@ -69,8 +69,9 @@ type MemoryOptions struct {
 // to a shard it touches, so even an injected clock that steps back cannot
 // roll a counter into an earlier window, where Evaluate would forget it.
 //
-// A counter whose state no longer matters (two windows after its last one)
-// or that is back to zero is dropped. Expired counters are swept from a shard
+// A counter whose state no longer matters (as its algorithm says: for the
+// sliding window, two windows after its last one, or once it is back to zero)
+// is dropped. Expired counters are swept from a shard
 // when a new counter is inserted into it and the clock has passed the
 // earliest expiry the shard may hold; since windows are aligned to the Unix
 // epoch, that is about once per window boundary, so the sweep's cost is
@@ -102,17 +103,10 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// counterID is the identity of one counter, as DESIGN.md section 3 fixes it.
-type counterID struct {
-	key    string
-	window int64 // ms
-	alg    Algorithm
-}
-
 // memEntry is a stored counter and the Unix ms from which its state no
-// longer matters: the start of the second window after Counter.Index.
+// longer matters (its algorithm's expires).
 type memEntry struct {
-	c       Counter
+	s       State
 	expires int64
 }
 
@@ -130,12 +124,12 @@ type memShard struct {
 // memScratch is the working memory of one Apply, pooled so that an Apply
 // that inserts no new counter allocates only its results.
 type memScratch struct {
-	ids      []counterID
-	shard    []int
-	counters []Counter
-	next     []Counter
-	locked   []uint64 // bit set of shards this request locks
-	ev       evalScratch
+	ids    []counterID
+	shard  []int
+	states []State
+	next   []State
+	locked []uint64 // bit set of shards this request locks
+	ev     evalScratch
 }
 
 // NewMemoryStore returns an empty MemoryStore configured by opts.
@@ -205,10 +199,10 @@ func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
 	n := len(hits)
 	sc.ids = grow(sc.ids, n)
 	sc.shard = grow(sc.shard, n)
-	sc.counters = grow(sc.counters, n)
+	sc.states = grow(sc.states, n)
 	sc.next = grow(sc.next, n)
 	for i := range hits {
-		id := counterID{key: hits[i].Key, window: hits[i].Limit.Window.Milliseconds(), alg: hits[i].Limit.Algorithm}
+		id := idOf(hits[i])
 		sh := s.shardOf(id)
 		sc.ids[i] = id
 		sc.shard[i] = sh
@@ -234,14 +228,15 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	forEachBit(sc.locked, func(sh int) { nowMs = max(nowMs, s.shards[sh].highMs) })
 	forEachBit(sc.locked, func(sh int) { s.shards[sh].highMs = nowMs })
 	for i := range hits {
-		sc.counters[i] = s.shards[sc.shard[i]].m[sc.ids[i]].c
+		sc.states[i] = s.shards[sc.shard[i]].m[sc.ids[i]].s
 	}
-	if !evaluate(nowMs, hits, sc.counters, results, sc.next, &sc.ev) {
+	if !evaluate(nowMs, hits, sc.states, results, sc.next, &sc.ev) {
 		return
 	}
-	for i := range hits {
+	for i, h := range hits {
 		if sc.ev.leader[i] == i {
-			s.shards[sc.shard[i]].put(sc.ids[i], sc.next[i], nowMs, s.shardCap, sc.ids)
+			expires := algorithms[h.Limit.Algorithm].expires(sc.next[i], h.Limit)
+			s.shards[sc.shard[i]].put(sc.ids[i], memEntry{sc.next[i], expires}, nowMs, s.shardCap, sc.ids)
 		}
 	}
 }
@@ -291,25 +286,24 @@ func forEachBit(set []uint64, f func(int)) {
 	}
 }
 
-// put stores c as the state of id at nowMs. A zero state is deleted. A new
-// counter first sweeps expired ones (when any may have expired) and, if the
-// shard is still at capacity, evicts; it never evicts a counter in protect
-// (the current request's).
-func (sh *memShard) put(id counterID, c Counter, nowMs int64, capacity int, protect []counterID) {
-	if c.Cur == 0 && c.Prev == 0 {
+// put stores e as the entry of id at nowMs. An entry that no longer matters
+// at nowMs (an empty state) is deleted. A new counter first sweeps expired
+// ones (when any may have expired) and, if the shard is still at capacity,
+// evicts; it never evicts a counter in protect (the current request's).
+func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, protect []counterID) {
+	if e.expires <= nowMs {
 		delete(sh.m, id)
 		return
 	}
-	expires := (c.Index + 2) * id.window
 	if _, ok := sh.m[id]; !ok {
 		if nowMs >= sh.minExpires {
 			sh.sweep(nowMs)
 		}
 		for len(sh.m) >= capacity && sh.evict(protect) {
 		}
-		sh.minExpires = min(sh.minExpires, expires)
+		sh.minExpires = min(sh.minExpires, e.expires)
 	}
-	sh.m[id] = memEntry{c: c, expires: expires}
+	sh.m[id] = e
 }
 
 // sweep drops every counter expired at nowMs and recomputes minExpires.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/limiter/limitertest"
 )
@@ -24,18 +25,6 @@ func TestMemoryStoreContractOneShard(t *testing.T) {
 		return limiter.NewMemoryStore(limiter.MemoryOptions{Now: now, Shards: 1})
 	})
 }
-
-// fakeClock is a settable clock for MemoryStore tests.
-type fakeClock struct{ ms atomic.Int64 }
-
-func newFakeClock(ms int64) *fakeClock {
-	c := &fakeClock{}
-	c.ms.Store(ms)
-	return c
-}
-
-func (c *fakeClock) Now() time.Time { return time.UnixMilli(c.ms.Load()) }
-func (c *fakeClock) Set(ms int64)   { c.ms.Store(ms) }
 
 func mustApply(t *testing.T, s limiter.Store, hits ...limiter.Hit) []limiter.Result {
 	t.Helper()
@@ -53,7 +42,7 @@ func remaining(t *testing.T, s limiter.Store, key string, l limiter.Limit) uint6
 }
 
 func TestMemoryStoreDropsCountersThatNoLongerMatter(t *testing.T) {
-	clk := newFakeClock(t0)
+	clk := testclock.NewMilli(t0)
 	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now, Shards: 1})
 	sec := limiter.Limit{Requests: 10, Window: time.Second}
 
@@ -70,12 +59,12 @@ func TestMemoryStoreDropsCountersThatNoLongerMatter(t *testing.T) {
 	}
 
 	mustApply(t, s, limiter.Hit{Key: "a", Limit: sec, Hits: 1}, limiter.Hit{Key: "b", Limit: perMinute(10), Hits: 1})
-	clk.Set(t0 + 1999) // a's state still matters: prev weighs 1 ms
+	clk.SetMilli(t0 + 1999) // a's state still matters: prev weighs 1 ms
 	mustApply(t, s, limiter.Hit{Key: "c", Limit: sec, Hits: 1})
 	if got := s.Len(); got != 3 {
 		t.Errorf("before a expires, Len() = %d, want 3", got)
 	}
-	clk.Set(t0 + 2000)
+	clk.SetMilli(t0 + 2000)
 	mustApply(t, s, limiter.Hit{Key: "d", Limit: sec, Hits: 1})
 	if got := s.Len(); got != 3 { // b, c, d
 		t.Errorf("after a expires and d is inserted, Len() = %d, want 3", got)
@@ -83,12 +72,12 @@ func TestMemoryStoreDropsCountersThatNoLongerMatter(t *testing.T) {
 }
 
 func TestMemoryStoreEvictsTheCounterClosestToExpiry(t *testing.T) {
-	clk := newFakeClock(t0)
+	clk := testclock.NewMilli(t0)
 	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now, MaxCounters: 3, Shards: 1})
 	l := perMinute(10)
 	hour := limiter.Limit{Requests: 10, Window: time.Hour}
 	mustApply(t, s, limiter.Hit{Key: "old", Limit: l, Hits: 4})
-	clk.Set(t0 + minuteMs)
+	clk.SetMilli(t0 + minuteMs)
 	mustApply(t, s, limiter.Hit{Key: "long", Limit: hour, Hits: 4})
 	mustApply(t, s, limiter.Hit{Key: "new", Limit: l, Hits: 4})
 
@@ -114,7 +103,7 @@ func TestMemoryStoreEvictsTheCounterClosestToExpiry(t *testing.T) {
 }
 
 func TestMemoryStoreNeverEvictsTheRequestsOwnCounters(t *testing.T) {
-	clk := newFakeClock(t0)
+	clk := testclock.NewMilli(t0)
 	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now, MaxCounters: 1})
 	l := perMinute(10)
 	mustApply(t, s, limiter.Hit{Key: "a", Limit: l, Hits: 1}, limiter.Hit{Key: "b", Limit: l, Hits: 1}, limiter.Hit{Key: "c", Limit: l, Hits: 1})
@@ -134,7 +123,7 @@ func TestMemoryStoreNeverEvictsTheRequestsOwnCounters(t *testing.T) {
 
 func TestMemoryStoreStaysUnderMaxCounters(t *testing.T) {
 	for _, tc := range []struct{ maxCounters, shards int }{{1, 0}, {3, 0}, {3, 64}, {100, 7}, {1000, 0}, {5000, 4096}} {
-		clk := newFakeClock(t0)
+		clk := testclock.NewMilli(t0)
 		s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now, MaxCounters: tc.maxCounters, Shards: tc.shards})
 		for i := range 3 * tc.maxCounters {
 			mustApply(t, s, limiter.Hit{Key: strconv.Itoa(i), Limit: perMinute(10), Hits: 1})
@@ -152,18 +141,18 @@ func TestMemoryStoreStaysUnderMaxCounters(t *testing.T) {
 }
 
 func TestMemoryStoreClockNeverGoesBack(t *testing.T) {
-	clk := newFakeClock(t0 + 1000)
+	clk := testclock.NewMilli(t0 + 1000)
 	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})
 	sec := limiter.Limit{Requests: 1, Window: time.Second}
 	mustApply(t, s, limiter.Hit{Key: "a", Limit: sec, Hits: 1})
-	clk.Set(t0 + 999) // the wall clock steps back into the previous window
+	clk.SetMilli(t0 + 999) // the wall clock steps back into the previous window
 	if res := mustApply(t, s, limiter.Hit{Key: "a", Limit: sec, Hits: 1}); res[0].Allowed {
 		t.Errorf("after the clock stepped back, a full counter admitted: %+v", res[0])
 	}
 }
 
 func TestMemoryStoreErrors(t *testing.T) {
-	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: newFakeClock(t0).Now})
+	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: testclock.NewMilli(t0).Now})
 	l := perMinute(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -185,7 +174,7 @@ type badStore struct{}
 func (badStore) Apply(context.Context, []limiter.Hit) ([]limiter.Result, error) { return nil, nil }
 
 func TestAllow(t *testing.T) {
-	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: newFakeClock(t0).Now})
+	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: testclock.NewMilli(t0).Now})
 	l := perMinute(2)
 	for i, want := range []bool{true, true, false} {
 		res, err := limiter.Allow(context.Background(), s, "k", l)

@@ -26,15 +26,20 @@ type OverLimitOptions struct {
 // until its RetryAfter runs out, so an abusive client that keeps retrying
 // costs no store call. It wraps another Store and is safe for concurrent use.
 //
-// It is exact for a sliding window counter: a denied request consumed
-// nothing, and with no further traffic the estimate of a denying counter
-// only falls, reaching the point where the same hits fit exactly after
-// RetryAfter; other traffic (from any Sluice instance) only raises it. So the
-// same request (the same hits on the same counters with the same limits) is
-// denied at least until the cached denial's RetryAfter has passed. The
-// Results of a cached answer are those of the denial it repeats, with
-// RetryAfter and ResetAfter lowered by the time elapsed since; the Remaining
-// of the hits that did not deny may be stale.
+// It is exact for algorithms whose denials hold (the sliding window counter):
+// a denied request consumed nothing, and with no further traffic the estimate
+// of a denying counter only falls, reaching the point where the same hits fit
+// exactly after RetryAfter; other traffic (from any Sluice instance) only
+// raises it. So the same request (the same hits on the same counters with the
+// same limits and flags) is denied at least until the denial's hold has
+// passed: the longest RetryAfter among its OverLimit hits that are not in the
+// quota group, and the shortest among its quota hits when the quota group
+// denied (the group admits again once one of them fits). A denial that any
+// OverLimit hit of an algorithm without that property caused is not cached.
+// The Results of a cached answer are those of the denial it repeats, with
+// RetryAfter and ResetAfter lowered by the time elapsed since, a hit whose
+// RetryAfter has passed Allowed again and OverLimit recomputed by
+// MarkOverLimit; the Remaining of the hits that did not deny may be stale.
 //
 // Refunds raise what a counter admits, so a request holding a refund drops
 // the cached denials that touch a refunded counter (a scan of the cache:
@@ -55,8 +60,8 @@ type OverLimitCache struct {
 type cachedDenial struct {
 	at      time.Time
 	until   time.Time
+	hits    []Hit // the request, compared in full on every lookup
 	results []Result
-	ids     []counterID // the counters of the request, for refunds
 }
 
 var _ Store = (*OverLimitCache)(nil)
@@ -77,49 +82,20 @@ func (c *OverLimitCache) Hits() int64 { return c.hits.Load() }
 
 // Apply answers hits from a cached denial of the same request while it
 // holds, and otherwise asks the wrapped Store, caching the answer when it is
-// a denial. Errors are the wrapped Store's.
+// a denial that holds. Errors are the wrapped Store's.
 func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
-	var refunded []counterID
-	for _, h := range hits {
-		if h.Refund {
-			refunded = append(refunded, idOf(h))
-		}
-	}
-	if refunded != nil {
-		c.mu.Lock()
-		for sig, d := range c.m {
-			for _, id := range d.ids {
-				if slices.Contains(refunded, id) {
-					delete(c.m, sig)
-					break
-				}
-			}
-		}
-		c.mu.Unlock()
+	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Refund }) {
+		c.dropRefunded(hits)
 		return c.store.Apply(ctx, hits)
 	}
 	sig := signature(hits)
 	now := c.now()
 	c.mu.Lock()
 	d, ok := c.m[sig]
-	if ok && now.Before(d.until) {
+	if ok && now.Before(d.until) && slices.Equal(d.hits, hits) {
 		c.mu.Unlock()
 		c.hits.Add(1)
-		elapsed := now.Sub(d.at).Truncate(time.Millisecond) // Results are whole ms
-		out := make([]Result, len(d.results))
-		for i, r := range d.results {
-			r.ResetAfter = max(r.ResetAfter-elapsed, 0)
-			switch {
-			case r.Allowed || r.ExceedsLimit:
-			case r.RetryAfter <= elapsed:
-				// This hit fits again; another one still denies the request.
-				r.Allowed, r.RetryAfter = true, 0
-			default:
-				r.RetryAfter -= elapsed
-			}
-			out[i] = r
-		}
-		return out, nil
+		return d.replay(now), nil
 	}
 	if ok {
 		delete(c.m, sig)
@@ -127,23 +103,12 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 	c.mu.Unlock()
 
 	results, err := c.store.Apply(ctx, hits)
-	if err != nil {
-		return nil, err
+	if err != nil || len(results) != len(hits) {
+		return results, err
 	}
-	// Cache a denial until the longest RetryAfter of the enforced hits that
-	// denied: the request is denied while any of them still denies.
-	var until time.Duration
-	denied := false
-	for i, h := range hits {
-		if h.Shadow || results[i].Allowed {
-			continue
-		}
-		if !denied || results[i].RetryAfter > until {
-			until = results[i].RetryAfter
-		}
-		denied = true
-	}
-	if denied && until > 0 {
+	MarkOverLimit(hits, results) // the rule, whatever the wrapped Store set
+	if hold := denialHold(hits, results); hold > 0 {
+		d := cachedDenial{at: now, until: now.Add(hold), hits: slices.Clone(hits), results: slices.Clone(results)}
 		c.mu.Lock()
 		if len(c.m) >= c.max {
 			for k := range c.m {
@@ -151,22 +116,80 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 				break
 			}
 		}
-		ids := make([]counterID, len(hits))
-		for i, h := range hits {
-			ids[i] = idOf(h)
-		}
-		c.m[sig] = cachedDenial{at: now, until: now.Add(until), results: append([]Result(nil), results...), ids: ids}
+		c.m[sig] = d
 		c.mu.Unlock()
 	}
 	return results, nil
 }
 
-func idOf(h Hit) counterID {
-	return counterID{key: h.Key, window: h.Limit.Window.Milliseconds(), alg: h.Limit.Algorithm}
+// dropRefunded drops the cached denials that touch a counter that hits
+// refunds.
+func (c *OverLimitCache) dropRefunded(hits []Hit) {
+	var refunded []counterID
+	for _, h := range hits {
+		if h.Refund {
+			refunded = append(refunded, idOf(h))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for sig, d := range c.m {
+		if slices.ContainsFunc(d.hits, func(h Hit) bool { return slices.Contains(refunded, idOf(h)) }) {
+			delete(c.m, sig)
+		}
+	}
+}
+
+// replay returns d's Results as of now: RetryAfter and ResetAfter lowered by
+// the time elapsed, the hits that fit again Allowed, OverLimit recomputed.
+func (d cachedDenial) replay(now time.Time) []Result {
+	elapsed := now.Sub(d.at).Truncate(time.Millisecond) // Results are whole ms
+	out := make([]Result, len(d.results))
+	for i, r := range d.results {
+		r.ResetAfter = max(r.ResetAfter-elapsed, 0)
+		switch {
+		case r.Allowed || r.ExceedsLimit:
+		case r.RetryAfter <= elapsed:
+			// This hit fits again; another one still denies the request.
+			r.Allowed, r.RetryAfter = true, 0
+		default:
+			r.RetryAfter -= elapsed
+		}
+		out[i] = r
+	}
+	MarkOverLimit(d.hits, out)
+	return out
+}
+
+// denialHold returns how long the denial that results report holds (see
+// OverLimitCache), or 0 when the request was admitted or the denial may
+// not hold.
+func denialHold(hits []Hit, results []Result) time.Duration {
+	var hold, quota time.Duration
+	quotaDenied := false
+	for i, h := range hits {
+		r := results[i]
+		if !r.OverLimit {
+			continue
+		}
+		if !algorithms[h.Limit.Algorithm].denialsHold() {
+			return 0
+		}
+		if h.Quota {
+			if !quotaDenied || r.RetryAfter < quota {
+				quota = r.RetryAfter
+			}
+			quotaDenied = true
+			continue
+		}
+		hold = max(hold, r.RetryAfter)
+	}
+	return max(hold, quota)
 }
 
 // signature identifies a request: every hit's counter, limit, hits and
-// flags, each length-prefixed.
+// flags, each length-prefixed. Apply also compares the hits in full, so a
+// field missing here costs a cache miss, never a wrong answer.
 func signature(hits []Hit) string {
 	n := 0
 	for _, h := range hits {
@@ -182,7 +205,10 @@ func signature(hits []Hit) string {
 		b = binary.AppendUvarint(b, h.Hits)
 		f := byte(0)
 		if h.Shadow {
-			f = 1
+			f |= 1
+		}
+		if h.Quota {
+			f |= 2
 		}
 		b = append(b, f)
 	}

@@ -3,25 +3,14 @@ package limiter_test
 import (
 	"context"
 	"math/rand/v2"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
-
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // countingStore counts the calls that reach the wrapped Store.
 type countingStore struct {
@@ -36,14 +25,16 @@ func (s *countingStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limite
 
 // TestOverLimitCacheIsExact replays random traffic through a cached and an
 // uncached store on one clock: every admission decision must be the same.
+// The "flags" runs mix in quota and shadow hits.
 func TestOverLimitCacheIsExact(t *testing.T) {
 	for seed := range uint64(5) {
-		t.Run("seed"+string(rune('0'+seed)), func(t *testing.T) { overLimitCacheExact(t, seed) })
+		t.Run("seed"+string(rune('0'+seed)), func(t *testing.T) { overLimitCacheExact(t, seed, false) })
+		t.Run("flags-seed"+string(rune('0'+seed)), func(t *testing.T) { overLimitCacheExact(t, seed, true) })
 	}
 }
 
-func overLimitCacheExact(t *testing.T, seed uint64) {
-	clk := &testClock{t: time.Unix(1_800_000_000, 0)}
+func overLimitCacheExact(t *testing.T, seed uint64, flags bool) {
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	plain := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})
 	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
 	cached := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
@@ -54,11 +45,16 @@ func overLimitCacheExact(t *testing.T, seed uint64) {
 	for i := range steps {
 		var hits []limiter.Hit
 		for range 1 + rng.IntN(2) {
-			hits = append(hits, limiter.Hit{
+			h := limiter.Hit{
 				Key:   string(rune('a' + rng.IntN(3))),
 				Limit: limits[rng.IntN(len(limits))],
 				Hits:  uint64(rng.IntN(3)),
-			})
+			}
+			if flags {
+				h.Quota = rng.IntN(2) == 0
+				h.Shadow = rng.IntN(6) == 0
+			}
+			hits = append(hits, h)
 		}
 		want, err := plain.Apply(ctx, hits)
 		if err != nil {
@@ -78,11 +74,14 @@ func overLimitCacheExact(t *testing.T, seed uint64) {
 			if !got[j].Allowed && want[j].Allowed {
 				t.Fatalf("step %d hit %d %+v: cached denies, store allows", i, j, hits[j])
 			}
+			if got[j].OverLimit && !want[j].OverLimit {
+				t.Fatalf("step %d hit %d %+v: cached is over limit, store is not", i, j, hits[j])
+			}
 			if got[j].ExceedsLimit != want[j].ExceedsLimit {
 				t.Fatalf("step %d hit %d: cached ExceedsLimit=%v, store %v", i, j, got[j].ExceedsLimit, want[j].ExceedsLimit)
 			}
 		}
-		clk.Add(time.Duration(rng.IntN(150)) * time.Millisecond)
+		clk.Advance(time.Duration(rng.IntN(150)) * time.Millisecond)
 	}
 	if h := cached.Hits(); h == 0 || inner.calls.Load()+h != steps {
 		t.Errorf("cache answered %d of %d, store %d", h, steps, inner.calls.Load())
@@ -90,9 +89,10 @@ func overLimitCacheExact(t *testing.T, seed uint64) {
 	t.Logf("cache answered %d of %d calls", cached.Hits(), steps)
 }
 
+// admitted reports whether a request was admitted: no Result is OverLimit.
 func admitted(rs []limiter.Result) bool {
 	for _, r := range rs {
-		if !r.Allowed {
+		if r.OverLimit {
 			return false
 		}
 	}
@@ -102,7 +102,7 @@ func admitted(rs []limiter.Result) bool {
 // TestOverLimitCacheAbusiveClient: a client that retries a denied request
 // costs no store call until Retry-After.
 func TestOverLimitCacheAbusiveClient(t *testing.T) {
-	clk := &testClock{t: time.Unix(1_800_000_000, 0)}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
 	c := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
 	hit := []limiter.Hit{{Key: "k", Limit: limiter.Limit{Requests: 10, Window: time.Minute}, Hits: 1}}
@@ -116,7 +116,7 @@ func TestOverLimitCacheAbusiveClient(t *testing.T) {
 	if n := inner.calls.Load(); n != 11 {
 		t.Errorf("store calls = %d, want 11", n)
 	}
-	clk.Add(r[0].RetryAfter)
+	clk.Advance(r[0].RetryAfter)
 	if r, _ := c.Apply(context.Background(), hit); !r[0].Allowed {
 		t.Errorf("after RetryAfter: %+v, want allowed", r[0])
 	}
@@ -137,5 +137,52 @@ func TestOverLimitCacheAbusiveClient(t *testing.T) {
 	c.Apply(context.Background(), []limiter.Hit{{Key: "k", Limit: hit[0].Limit, Hits: 5, Refund: true}})
 	if r, _ := c.Apply(context.Background(), hit); !r[0].Allowed {
 		t.Errorf("after a refund: %+v, want allowed", r[0])
+	}
+}
+
+// TestOverLimitCacheQuotaDenial: a request that its quota group denies is
+// answered from the cache until one quota hit fits again, and then by the
+// store, which admits it.
+func TestOverLimitCacheQuotaDenial(t *testing.T) {
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
+	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
+	c := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
+	ctx := context.Background()
+	ten, five := limiter.Limit{Requests: 10, Window: time.Minute}, limiter.Limit{Requests: 5, Window: time.Minute}
+	if _, err := c.Apply(ctx, []limiter.Hit{{Key: "a", Limit: ten, Hits: 10}, {Key: "b", Limit: five, Hits: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	req := []limiter.Hit{{Key: "a", Limit: ten, Hits: 1, Quota: true}, {Key: "b", Limit: five, Hits: 1, Quota: true}}
+	first, err := c.Apply(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a fits again 66 s on, b 72 s on: the group admits after 66 s.
+	want := []limiter.Result{
+		{RetryAfter: 66 * time.Second, ResetAfter: 2 * time.Minute, OverLimit: true},
+		{RetryAfter: 72 * time.Second, ResetAfter: 2 * time.Minute, OverLimit: true},
+	}
+	if !slices.Equal(first, want) {
+		t.Fatalf("quota-denied request = %+v, want %+v", first, want)
+	}
+	for range 100 {
+		if r, _ := c.Apply(ctx, req); admitted(r) {
+			t.Fatalf("cached quota denial admitted: %+v", r)
+		}
+	}
+	clk.Advance(66*time.Second - time.Millisecond)
+	if r, _ := c.Apply(ctx, req); admitted(r) || !r[0].OverLimit || r[0].RetryAfter != time.Millisecond {
+		t.Fatalf("1 ms before a fits: %+v, want denied with RetryAfter 1ms", r)
+	}
+	if n := inner.calls.Load(); n != 2 {
+		t.Errorf("store calls = %d, want 2 (the fill and the first denial)", n)
+	}
+	clk.Advance(time.Millisecond)
+	r, err := c.Apply(ctx, req)
+	if err != nil || !admitted(r) || !r[0].Allowed || r[1].Allowed {
+		t.Errorf("when a fits again: %+v, %v; want admitted with a Allowed, b not", r, err)
+	}
+	if n := inner.calls.Load(); n != 3 {
+		t.Errorf("store calls = %d, want 3", n)
 	}
 }

@@ -23,32 +23,47 @@ func perMinute(n uint64) limiter.Limit {
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
+// sw is a sliding window State: window index, cur and prev.
+func sw(index int64, cur, prev uint64) limiter.State {
+	return limiter.State{At: index, N1: cur, N2: prev}
+}
+
+// evaluate is limiter.Evaluate on input that must be valid.
+func evaluate(t testing.TB, now int64, hits []limiter.Hit, states []limiter.State) ([]limiter.Result, []limiter.State, bool) {
+	t.Helper()
+	res, next, adm, err := limiter.Evaluate(now, hits, states)
+	if err != nil {
+		t.Fatalf("Evaluate(%d, %+v, %+v) error: %v", now, hits, states, err)
+	}
+	return res, next, adm
+}
+
 func TestEvaluate(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		now      int64
 		hits     []limiter.Hit
-		counters []limiter.Counter
+		counters []limiter.State
 		want     []limiter.Result
-		wantNext []limiter.Counter
+		wantNext []limiter.State
 		wantAdm  bool
 	}{
 		{
 			name:     "empty counter admits",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{}},
+			counters: []limiter.State{{}},
 			want:     []limiter.Result{{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 1}},
+			wantNext: []limiter.State{sw(i0, 1, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "reaches the limit exactly",
 			now:      t0 + 1000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{Index: i0, Cur: 9}},
+			counters: []limiter.State{sw(i0, 9, 0)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 0, ResetAfter: ms(119_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 10}},
+			wantNext: []limiter.State{sw(i0, 10, 0)},
 			wantAdm:  true,
 		},
 		{
@@ -56,44 +71,44 @@ func TestEvaluate(t *testing.T) {
 			name:     "one over the limit retries in the next window",
 			now:      t0 + 1000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{Index: i0, Cur: 10}},
+			counters: []limiter.State{sw(i0, 10, 0)},
 			want:     []limiter.Result{{RetryAfter: ms(59_000 + 6_000), ResetAfter: ms(119_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 10}},
+			wantNext: []limiter.State{sw(i0, 10, 0)},
 		},
 		{
 			name:     "several hits reach the limit exactly",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 4}},
-			counters: []limiter.Counter{{Index: i0, Cur: 6}},
+			counters: []limiter.State{sw(i0, 6, 0)},
 			want:     []limiter.Result{{Allowed: true, ResetAfter: ms(120_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 10}},
+			wantNext: []limiter.State{sw(i0, 10, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "rollover weights the previous window by the remaining fraction",
 			now:      t0 + 30_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{Index: i0 - 1, Cur: 10, Prev: 3}},
+			counters: []limiter.State{sw(i0-1, 10, 3)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 4, ResetAfter: ms(90_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 1, Prev: 10}},
+			wantNext: []limiter.State{sw(i0, 1, 10)},
 			wantAdm:  true,
 		},
 		{
 			name:     "rollover at the first ms weighs the previous window fully",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{Index: i0 - 1, Cur: 10, Prev: 7}},
+			counters: []limiter.State{sw(i0-1, 10, 7)},
 			// Same window at e=6000: 10*54000/60000 + 1 = 10.
 			want:     []limiter.Result{{RetryAfter: ms(6_000), ResetAfter: ms(60_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Prev: 10}},
+			wantNext: []limiter.State{sw(i0, 0, 10)},
 		},
 		{
 			name:     "estimate exactly at the limit: 5 more fit",
 			now:      t0 + 30_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 5}},
-			counters: []limiter.Counter{{Index: i0, Prev: 10}},
+			counters: []limiter.State{sw(i0, 0, 10)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 0, ResetAfter: ms(90_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Prev: 10, Cur: 5}},
+			wantNext: []limiter.State{sw(i0, 5, 10)},
 			wantAdm:  true,
 		},
 		{
@@ -101,51 +116,51 @@ func TestEvaluate(t *testing.T) {
 			name:     "estimate exactly at the limit: the 6th is over",
 			now:      t0 + 30_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{Index: i0, Prev: 10, Cur: 5}},
+			counters: []limiter.State{sw(i0, 5, 10)},
 			want:     []limiter.Result{{RetryAfter: ms(6_000), ResetAfter: ms(90_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Prev: 10, Cur: 5}},
+			wantNext: []limiter.State{sw(i0, 5, 10)},
 		},
 		{
 			name:     "a gap of two windows resets",
 			now:      t0 + 59_999,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}},
-			counters: []limiter.Counter{{Index: i0 - 2, Cur: 10, Prev: 10}},
+			counters: []limiter.State{sw(i0-2, 10, 10)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 9, ResetAfter: ms(60_001)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 1}},
+			wantNext: []limiter.State{sw(i0, 1, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "a gap of many windows resets",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 10}},
-			counters: []limiter.Counter{{Index: 3, Cur: 10, Prev: 10}},
+			counters: []limiter.State{sw(3, 10, 10)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 0, ResetAfter: ms(120_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 10}},
+			wantNext: []limiter.State{sw(i0, 10, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "hits larger than the limit can never be admitted",
 			now:      t0 + 10_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 11}},
-			counters: []limiter.Counter{{}},
+			counters: []limiter.State{{}},
 			want:     []limiter.Result{{ExceedsLimit: true, RetryAfter: ms(60_000)}},
-			wantNext: []limiter.Counter{{Index: i0}},
+			wantNext: []limiter.State{sw(i0, 0, 0)},
 		},
 		{
 			name:     "requests_per_unit 0 is over for every hit",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(0), Hits: 1}},
-			counters: []limiter.Counter{{}},
+			counters: []limiter.State{{}},
 			want:     []limiter.Result{{ExceedsLimit: true, RetryAfter: ms(60_000)}},
-			wantNext: []limiter.Counter{{Index: i0}},
+			wantNext: []limiter.State{sw(i0, 0, 0)},
 		},
 		{
 			name:     "check only on an empty counter with requests_per_unit 0",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(0), Hits: 0}},
-			counters: []limiter.Counter{{}},
+			counters: []limiter.State{{}},
 			want:     []limiter.Result{{Allowed: true}},
-			wantNext: []limiter.Counter{{Index: i0}},
+			wantNext: []limiter.State{sw(i0, 0, 0)},
 			wantAdm:  true,
 		},
 		{
@@ -153,9 +168,9 @@ func TestEvaluate(t *testing.T) {
 			now:  t0 + 30_000,
 			hits: []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 0}},
 			// estimate 4*0.5 + 3 = 5
-			counters: []limiter.Counter{{Index: i0, Cur: 3, Prev: 4}},
+			counters: []limiter.State{sw(i0, 3, 4)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 5, ResetAfter: ms(90_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 3, Prev: 4}},
+			wantNext: []limiter.State{sw(i0, 3, 4)},
 			wantAdm:  true,
 		},
 		{
@@ -166,13 +181,13 @@ func TestEvaluate(t *testing.T) {
 				{Key: "b", Limit: perMinute(5), Hits: 1},
 				{Key: "c", Limit: perMinute(10), Hits: 1, Shadow: true},
 			},
-			counters: []limiter.Counter{{Index: i0, Cur: 3}, {Index: i0, Cur: 5}, {}},
+			counters: []limiter.State{sw(i0, 3, 0), sw(i0, 5, 0), {}},
 			want: []limiter.Result{
 				{Allowed: true, Remaining: 7, ResetAfter: ms(120_000)},
 				{RetryAfter: ms(60_000 + 12_000), ResetAfter: ms(120_000)},
 				{Allowed: true, Remaining: 10},
 			},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 3}, {Index: i0, Cur: 5}, {Index: i0}},
+			wantNext: []limiter.State{sw(i0, 3, 0), sw(i0, 5, 0), sw(i0, 0, 0)},
 		},
 		{
 			name: "a shadow hit never denies and is counted when admitted",
@@ -181,48 +196,48 @@ func TestEvaluate(t *testing.T) {
 				{Key: "a", Limit: perMinute(10), Hits: 1},
 				{Key: "s", Limit: perMinute(2), Hits: 1, Shadow: true},
 			},
-			counters: []limiter.Counter{{}, {Index: i0, Cur: 2}},
+			counters: []limiter.State{{}, sw(i0, 2, 0)},
 			want: []limiter.Result{
 				{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
 				{RetryAfter: ms(60_000 + 30_000), ResetAfter: ms(120_000)},
 			},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 1}, {Index: i0, Cur: 3}},
+			wantNext: []limiter.State{sw(i0, 1, 0), sw(i0, 3, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "a shadow hit larger than the limit saturates at MaxCount",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "s", Limit: perMinute(10), Hits: math.MaxUint64, Shadow: true}},
-			counters: []limiter.Counter{{Index: i0, Cur: 5}},
+			counters: []limiter.State{sw(i0, 5, 0)},
 			want:     []limiter.Result{{ExceedsLimit: true, RetryAfter: ms(60_000), ResetAfter: ms(120_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: limiter.MaxCount}},
+			wantNext: []limiter.State{sw(i0, limiter.MaxCount, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "a refund lowers cur",
 			now:      t0 + 30_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 2, Refund: true}},
-			counters: []limiter.Counter{{Index: i0, Cur: 3, Prev: 4}},
+			counters: []limiter.State{sw(i0, 3, 4)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 7, ResetAfter: ms(90_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 1, Prev: 4}},
+			wantNext: []limiter.State{sw(i0, 1, 4)},
 			wantAdm:  true,
 		},
 		{
 			name:     "a refund never goes below zero nor touches prev",
 			now:      t0 + 30_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 5, Refund: true}},
-			counters: []limiter.Counter{{Index: i0, Cur: 3, Prev: 4}},
+			counters: []limiter.State{sw(i0, 3, 4)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 8, ResetAfter: ms(30_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Prev: 4}},
+			wantNext: []limiter.State{sw(i0, 0, 4)},
 			wantAdm:  true,
 		},
 		{
 			name:     "a refund on a counter over its limit is allowed",
 			now:      t0,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1, Refund: true}},
-			counters: []limiter.Counter{{Index: i0, Cur: 12}},
+			counters: []limiter.State{sw(i0, 12, 0)},
 			want:     []limiter.Result{{Allowed: true, Remaining: 0, ResetAfter: ms(120_000)}},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 11}},
+			wantNext: []limiter.State{sw(i0, 11, 0)},
 			wantAdm:  true,
 		},
 		{
@@ -233,13 +248,13 @@ func TestEvaluate(t *testing.T) {
 				{Key: "a", Limit: perMinute(10), Hits: 5},
 				{Key: "a", Limit: limiter.Limit{Requests: 10, Window: time.Second}, Hits: 3},
 			},
-			counters: []limiter.Counter{{Index: i0, Cur: 1}, {Index: i0, Cur: 1}, {}},
+			counters: []limiter.State{sw(i0, 1, 0), sw(i0, 1, 0), {}},
 			want: []limiter.Result{
 				{Allowed: true, Remaining: 4, ResetAfter: ms(120_000)},
 				{Allowed: true, Remaining: 4, ResetAfter: ms(120_000)},
 				{Allowed: true, Remaining: 7, ResetAfter: ms(2_000)},
 			},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 6}, {Index: i0, Cur: 6}, {Index: t0 / 1000, Cur: 3}},
+			wantNext: []limiter.State{sw(i0, 6, 0), sw(i0, 6, 0), sw(t0/1000, 3, 0)},
 			wantAdm:  true,
 		},
 		{
@@ -249,26 +264,26 @@ func TestEvaluate(t *testing.T) {
 				{Key: "a", Limit: perMinute(10), Hits: 4},
 				{Key: "a", Limit: perMinute(10), Hits: 1, Refund: true},
 			},
-			counters: []limiter.Counter{{Index: i0, Cur: 2}, {Index: i0, Cur: 2}},
+			counters: []limiter.State{sw(i0, 2, 0), sw(i0, 2, 0)},
 			want: []limiter.Result{
 				{Allowed: true, Remaining: 5, ResetAfter: ms(120_000)},
 				{Allowed: true, Remaining: 5, ResetAfter: ms(120_000)},
 			},
-			wantNext: []limiter.Counter{{Index: i0, Cur: 5}, {Index: i0, Cur: 5}},
+			wantNext: []limiter.State{sw(i0, 5, 0), sw(i0, 5, 0)},
 			wantAdm:  true,
 		},
 		{
 			name:     "a clock before the epoch uses floor division",
 			now:      -1,
 			hits:     []limiter.Hit{{Key: "a", Limit: limiter.Limit{Requests: 10, Window: time.Second}, Hits: 1}},
-			counters: []limiter.Counter{{}},
+			counters: []limiter.State{{}},
 			want:     []limiter.Result{{Allowed: true, Remaining: 9, ResetAfter: ms(1_001)}},
-			wantNext: []limiter.Counter{{Index: -1, Cur: 1}},
+			wantNext: []limiter.State{sw(-1, 1, 0)},
 			wantAdm:  true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, next, adm := limiter.Evaluate(tc.now, tc.hits, tc.counters)
+			got, next, adm := evaluate(t, tc.now, tc.hits, tc.counters)
 			for i := range tc.want { // no quota hits here: an enforced hit not Allowed is over limit
 				tc.want[i].OverLimit = !tc.hits[i].Shadow && !tc.hits[i].Refund && !tc.want[i].Allowed
 			}
@@ -288,10 +303,10 @@ func TestEvaluate(t *testing.T) {
 // TestEvaluateAdmitsUntilTheLimit walks one counter hit by hit.
 func TestEvaluateAdmitsUntilTheLimit(t *testing.T) {
 	// limit 10, prev 10, half the window elapsed, cur 0: estimate 5.
-	c := []limiter.Counter{{Index: i0 - 1, Cur: 10}}
+	c := []limiter.State{sw(i0-1, 10, 0)}
 	hit := []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 1}}
 	for i := 1; i <= 6; i++ {
-		res, next, adm := limiter.Evaluate(t0+30_000, hit, c)
+		res, next, adm := evaluate(t, t0+30_000, hit, c)
 		wantAdm := i <= 5
 		if adm != wantAdm || res[0].Allowed != wantAdm {
 			t.Fatalf("hit %d: admitted = %v, Allowed = %v, want %v", i, adm, res[0].Allowed, wantAdm)
@@ -306,7 +321,7 @@ func TestEvaluateAdmitsUntilTheLimit(t *testing.T) {
 type randomCase struct {
 	now     int64
 	hit     limiter.Hit
-	counter limiter.Counter
+	counter limiter.State
 }
 
 // randomState returns a random but plausible single-hit state.
@@ -335,12 +350,13 @@ func randomState(r *rand.Rand) randomCase {
 	return randomCase{
 		now:     now,
 		hit:     limiter.Hit{Key: "k", Limit: limiter.Limit{Requests: limit, Window: ms(w)}, Hits: n},
-		counter: limiter.Counter{Index: idx, Cur: count(), Prev: count()},
+		counter: sw(idx, count(), count()),
 	}
 }
 
-func evalOne(now int64, h limiter.Hit, c limiter.Counter) (limiter.Result, limiter.Counter) {
-	res, next, _ := limiter.Evaluate(now, []limiter.Hit{h}, []limiter.Counter{c})
+func evalOne(t testing.TB, now int64, h limiter.Hit, c limiter.State) (limiter.Result, limiter.State) {
+	t.Helper()
+	res, next, _ := evaluate(t, now, []limiter.Hit{h}, []limiter.State{c})
 	return res[0], next[0]
 }
 
@@ -351,7 +367,7 @@ func TestEvaluateRetryAfterIsExact(t *testing.T) {
 	checked := 0
 	for range 200_000 {
 		tc := randomState(r)
-		res, _ := evalOne(tc.now, tc.hit, tc.counter)
+		res, _ := evalOne(t, tc.now, tc.hit, tc.counter)
 		if res.Allowed || res.ExceedsLimit {
 			continue
 		}
@@ -360,11 +376,11 @@ func TestEvaluateRetryAfterIsExact(t *testing.T) {
 		if retry <= 0 || ms(retry) != res.RetryAfter {
 			t.Fatalf("%+v: RetryAfter = %v, want a positive whole number of ms", tc, res.RetryAfter)
 		}
-		if got, _ := evalOne(tc.now+retry, tc.hit, tc.counter); !got.Allowed {
+		if got, _ := evalOne(t, tc.now+retry, tc.hit, tc.counter); !got.Allowed {
 			t.Fatalf("%+v: RetryAfter = %v, but not Allowed then: %+v", tc, res.RetryAfter, got)
 		}
 		if retry > 1 {
-			if got, _ := evalOne(tc.now+retry-1, tc.hit, tc.counter); got.Allowed {
+			if got, _ := evalOne(t, tc.now+retry-1, tc.hit, tc.counter); got.Allowed {
 				t.Fatalf("%+v: RetryAfter = %v, but Allowed 1 ms earlier: %+v", tc, res.RetryAfter, got)
 			}
 		}
@@ -384,7 +400,7 @@ func TestEvaluateRemainingIsExact(t *testing.T) {
 		if tc.hit.Limit.Requests > 1000 {
 			continue
 		}
-		res, c := evalOne(tc.now, tc.hit, tc.counter)
+		res, c := evalOne(t, tc.now, tc.hit, tc.counter)
 		if !res.Allowed {
 			continue
 		}
@@ -392,7 +408,7 @@ func TestEvaluateRemainingIsExact(t *testing.T) {
 		one := tc.hit
 		one.Hits = 1
 		for i := range res.Remaining + 1 {
-			got, next := evalOne(tc.now, one, c)
+			got, next := evalOne(t, tc.now, one, c)
 			if want := i < res.Remaining; got.Allowed != want {
 				t.Fatalf("%+v: Remaining = %d, but hit %d Allowed = %v", tc, res.Remaining, i+1, got.Allowed)
 			}
@@ -411,38 +427,40 @@ func TestEvaluateResetAfterIsExact(t *testing.T) {
 	check := limiter.Hit{Key: "k"}
 	for range 50_000 {
 		tc := randomState(r)
-		res, c := evalOne(tc.now, tc.hit, tc.counter)
+		res, c := evalOne(t, tc.now, tc.hit, tc.counter)
 		check.Limit = tc.hit.Limit
 		reset := res.ResetAfter.Milliseconds()
 		L := tc.hit.Limit.Requests
-		if got, _ := evalOne(tc.now+reset, check, c); got.Remaining != L {
+		if got, _ := evalOne(t, tc.now+reset, check, c); got.Remaining != L {
 			t.Fatalf("%+v: ResetAfter = %v, but Remaining then = %d, want %d", tc, res.ResetAfter, got.Remaining, L)
 		}
 		if reset > 0 && L > 0 {
-			if got, _ := evalOne(tc.now+reset-1, check, c); got.Remaining == L {
+			if got, _ := evalOne(t, tc.now+reset-1, check, c); got.Remaining == L {
 				t.Fatalf("%+v: ResetAfter = %v, but full Remaining 1 ms earlier", tc, res.ResetAfter)
 			}
 		}
 	}
 }
 
-func TestEvaluatePanicsOnBadInput(t *testing.T) {
+// TestEvaluateErrorsOnBadInput: Evaluate returns an error, and no Results,
+// for input a caller should have validated; it never panics.
+func TestEvaluateErrorsOnBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		hits     []limiter.Hit
-		counters []limiter.Counter
+		counters []limiter.State
 	}{
 		{"counters do not match hits", []limiter.Hit{{Limit: perMinute(1)}}, nil},
-		{"zero window", []limiter.Hit{{}}, []limiter.Counter{{}}},
-		{"sub-millisecond window", []limiter.Hit{{Limit: limiter.Limit{Window: time.Microsecond}}}, []limiter.Counter{{}}},
+		{"zero window", []limiter.Hit{{}}, []limiter.State{{}}},
+		{"sub-millisecond window", []limiter.Hit{{Limit: limiter.Limit{Window: time.Microsecond}}}, []limiter.State{{}}},
+		{"unknown algorithm", []limiter.Hit{{Limit: limiter.Limit{Window: time.Second, Algorithm: 200}}}, []limiter.State{{}}},
+		{"second hit invalid", []limiter.Hit{{Limit: perMinute(1)}, {}}, []limiter.State{{}, {}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("Evaluate did not panic")
-				}
-			}()
-			limiter.Evaluate(t0, tc.hits, tc.counters)
+			res, next, adm, err := limiter.Evaluate(t0, tc.hits, tc.counters)
+			if err == nil || res != nil || next != nil || adm {
+				t.Errorf("Evaluate = %v, %v, %v, %v; want only an error", res, next, adm, err)
+			}
 		})
 	}
 }

@@ -40,7 +40,7 @@ func TestWarmLoadsScript(t *testing.T) {
 	if err := st.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := redistest.Do(srv.Addr(), "SCRIPT", "EXISTS", slidingWindow.Hash())
+	got, err := redistest.Do(srv.Addr(), "SCRIPT", "EXISTS", script.Hash())
 	if err != nil {
 		t.Fatal(err)
 	}

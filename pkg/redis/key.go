@@ -81,13 +81,18 @@ func escapedLen(s string) int {
 	return n
 }
 
-// algorithmCode is the short spelling of an algorithm inside keys. Each
-// algorithm has its own code, so its counters never share a key with
-// another's.
+// algorithmCodes spells each algorithm inside keys, indexed by
+// limiter.Algorithm. Each algorithm has its own code, so its counters never
+// share a key with another's; a code never changes once keys exist under it.
+var algorithmCodes = [...]string{
+	limiter.SlidingWindow: "sw",
+}
+
+// algorithmCode is a's code in keys: its entry in algorithmCodes, else "a"
+// and its number (a test requires an entry for every algorithm).
 func algorithmCode(a limiter.Algorithm) string {
-	switch a {
-	case limiter.SlidingWindow:
-		return "sw"
+	if int(a) < len(algorithmCodes) && algorithmCodes[a] != "" {
+		return algorithmCodes[a]
 	}
 	return "a" + strconv.Itoa(int(a))
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
@@ -218,4 +219,28 @@ func FuzzCacheKey(f *testing.F) {
 			t.Errorf("identities (%q, %d) and (%q, %d): keys %q and %q", k1, w1, k2, w2, key1, key2)
 		}
 	})
+}
+
+// TestEveryAlgorithmIsWired: every limiter.Algorithm has its own key code
+// and a section in the script (a request on it runs).
+func TestEveryAlgorithmIsWired(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestStore(t, Options{})
+	seen := map[string]limiter.Algorithm{}
+	for _, a := range limiter.Algorithms() {
+		if int(a) >= len(algorithmCodes) || algorithmCodes[a] == "" {
+			t.Errorf("algorithm %v has no entry in algorithmCodes", a)
+			continue
+		}
+		code := algorithmCode(a)
+		if other, ok := seen[code]; ok {
+			t.Errorf("algorithms %v and %v share the key code %q", other, a, code)
+		}
+		seen[code] = a
+		h := limiter.Hit{Key: "k", Limit: limiter.Limit{Requests: 3, Window: time.Minute, Algorithm: a}, Hits: 1}
+		res, err := s.Apply(context.Background(), []limiter.Hit{h})
+		if err != nil || len(res) != 1 || !res[0].Allowed || res[0].Remaining != 2 {
+			t.Errorf("Apply one hit on 3/min with %v = %+v, %v; want Allowed, Remaining 2", a, res, err)
+		}
+	}
 }

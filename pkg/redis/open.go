@@ -70,15 +70,13 @@ type Settings struct {
 // contradictory settings (Sentinel without addresses, a Cluster with a db).
 // Commands are not retried: a script that timed out may have run, and a retry
 // could count it twice; the failure mode decides instead. log may be nil.
+// Open changes no process-wide state: what go-redis logs by itself goes where
+// SetClientLogger sent it (by default, go-redis's stderr logger).
 func Open(s Settings, log *zap.Logger) (*Store, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	log = log.Named("redis")
-	// go-redis logs dial failures and Sentinel events through a process-wide
-	// logger; send them to ours at debug level (Sluice reports outages
-	// itself: readiness, metrics, throttled warnings).
-	goredis.SetLogger(zapPrintf{log.Named("go-redis")})
 	u := &goredis.UniversalOptions{
 		PoolSize:              s.PoolSize,
 		DialTimeout:           orDefault(s.DialTimeout, time.Second),
@@ -202,9 +200,27 @@ func urlError(raw string, err error) error {
 		"credentials go in the URL: redis://user:password@host:port)", Redacted(raw), msg)
 }
 
+// SetClientLogger sends what go-redis logs by itself (failed dials, Sentinel
+// and Cluster topology events) to log, named "go-redis", at debug level:
+// Sluice reports outages itself (readiness, metrics, throttled warnings). A
+// nil log drops those messages.
+//
+// go-redis has one logger per process, not one per client, so this sets
+// process-wide state, which a library must not do behind its caller's back:
+// only main calls it, once, before Open (STYLE.md: only main replaces
+// globals). Without it go-redis writes those messages to stderr itself.
+func SetClientLogger(log *zap.Logger) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	goredis.SetLogger(zapPrintf{log.Named("go-redis")})
+}
+
 // zapPrintf adapts a zap logger to go-redis's Printf logger.
 type zapPrintf struct{ log *zap.Logger }
 
+// Printf logs one go-redis message at debug level, formatted only when
+// debug is enabled. It is safe for concurrent use, as go-redis requires.
 func (z zapPrintf) Printf(_ context.Context, format string, v ...any) {
 	if ce := z.log.Check(zap.DebugLevel, "go-redis"); ce != nil {
 		ce.Write(zap.String("message", fmt.Sprintf(format, v...)))

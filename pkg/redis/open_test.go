@@ -3,11 +3,16 @@ package redis
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9/logging"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -304,5 +309,39 @@ func TestOpenTLSClientCertNeedsKey(t *testing.T) {
 	_, err := Open(Settings{URL: "rediss://127.0.0.1:1", TLSCertFile: "cert.pem"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "set both") {
 		t.Errorf("Open with a certificate and no key = %v, want an error", err)
+	}
+}
+
+// TestClientLogger: go-redis's own messages reach the logger given to
+// SetClientLogger, at debug level, and Open does not take them over. Not
+// parallel: it sets go-redis's process-wide logger (and puts go-redis's
+// default back at the end).
+func TestClientLogger(t *testing.T) {
+	routed, routedLogs := observer.New(zap.DebugLevel)
+	SetClientLogger(zap.New(routed))
+	t.Cleanup(logging.Enable)
+	opened, openedLogs := observer.New(zap.DebugLevel)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String() // nothing listens there once closed
+	l.Close()
+	st, err := Open(Settings{MasterName: "m", SentinelAddrs: []string{closed}}, zap.New(opened))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Ping(context.Background()); err == nil {
+		t.Fatal("Ping through an unreachable Sentinel succeeded")
+	}
+	got := routedLogs.FilterLoggerName("go-redis").FilterLevelExact(zap.DebugLevel).FilterField(zap.String("message",
+		`sentinel: GetMasterAddrByName addr=`+closed+`, master="m" failed: dial tcp `+closed+`: connect: connection refused`))
+	if got.Len() == 0 {
+		t.Errorf("SetClientLogger's logger got %+v, want go-redis's sentinel failure at debug level", routedLogs.All())
+	}
+	if n := openedLogs.FilterLoggerName("redis.go-redis").Len(); n != 0 {
+		t.Errorf("Open's logger got %d go-redis messages, want none (Open must not set go-redis's global logger)", n)
 	}
 }

@@ -15,13 +15,57 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-//go:embed sliding_window.lua
-var slidingWindowSrc string
+//go:embed limiter.lua
+var scriptSrc string
 
-// slidingWindow is the sliding window counter script; Script.Run sends
-// EVALSHA and falls back to EVAL on NOSCRIPT, so a flushed script cache or a
-// restarted Redis needs no restart of ours.
-var slidingWindow = goredis.NewScript(slidingWindowSrc)
+// script is every algorithm's decision in one Lua script (limiter.lua, whose
+// header documents its KEYS, ARGV and reply); Script.Run sends EVALSHA and
+// falls back to EVAL on NOSCRIPT, so a flushed script cache or a restarted
+// Redis needs no restart of ours.
+var script = goredis.NewScript(scriptSrc)
+
+// The layout of the script's arguments and replies (see limiter.lua).
+const (
+	// argsHead is the count of ARGV before the per-key ones: mode, now.
+	argsHead = 2
+	// argsPerKey is the count of ARGV per key in modes "a" and "c":
+	// algorithm, window ms (limiter.lua's KEY_ARGS).
+	argsPerKey = 2
+	// argsPerHit is the count of ARGV per hit: key index, requests, hits,
+	// flags (HIT_ARGS).
+	argsPerHit = 4
+	// argsPerUndoKey is the count of ARGV per key in mode "u": algorithm,
+	// window ms, and the key's undo token (UNDO_ARGS).
+	argsPerUndoKey = 4
+
+	// The flags of a hit.
+	flagRefund  = 1
+	flagShadow  = 2
+	flagExceeds = 4 // the key's growth is over the Limit's Capacity
+	flagQuota   = 8
+
+	// replyAdmitted and replyNow index the head of an "a" or "c" reply, of
+	// replyHead values.
+	replyAdmitted = 0
+	replyNow      = 1
+	replyHead     = 2
+	// replyHit values per hit follow the head, at these offsets
+	// (REPLY_HIT).
+	replyAllowed           = 0
+	replyExceeds           = 1
+	replyRetryAfter        = 2
+	replyRemainingDenied   = 3
+	replyResetDenied       = 4
+	replyRemainingAdmitted = 5
+	replyResetAdmitted     = 6
+	replyHit               = 7
+	// replyKey values per key follow the hits: the key's undo token
+	// (REPLY_KEY).
+	replyKey = 2
+)
+
+// replyLen is the length of an "a" or "c" reply for nh hits on nk keys.
+func replyLen(nh, nk int) int { return replyHead + replyHit*nh + replyKey*nk }
 
 // DefaultCallTimeout is the deadline of one Apply when Options.CallTimeout
 // and Settings.CallTimeout are zero: under Envoy's 20 ms default rate limit
@@ -112,7 +156,7 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Warm(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	if err := slidingWindow.Load(ctx, s.c).Err(); err != nil {
+	if err := script.Load(ctx, s.c).Err(); err != nil {
 		return fmt.Errorf("%w: load script: %w", limiter.ErrStoreUnavailable, err)
 	}
 	return nil
@@ -129,7 +173,7 @@ type group struct {
 	slot int
 	keys []string
 	hits []int // indices into the request's hits
-	args []any // the "a" ARGV; args[0] is the mode
+	args []any // the "a" ARGV; args[0] is the mode, args[1] the clock
 
 	reply    []any // the "a" or "c" reply
 	admitted bool
@@ -142,12 +186,14 @@ type call struct {
 	reply *[]any
 }
 
-// Apply implements limiter.Store: it evaluates every hit and consumes them
-// only if every enforced hit is admitted. It returns one Result per hit in
-// input order. Apply is safe for concurrent use.
+// Apply implements limiter.Store: it evaluates every hit, each by its
+// Limit's algorithm, and consumes them only if the request is admitted (see
+// limiter.MarkOverLimit, which sets the Results' OverLimit). It returns one
+// Result per hit in input order. Apply is safe for concurrent use.
 //
 // On a standalone or Sentinel Redis, and on a Cluster when every counter of
-// the request shares a slot, Apply is one script call: atomic, one round trip.
+// the request shares a slot, Apply is one script call: atomic, one round
+// trip, quota group included.
 //
 // On a Cluster, counters in different slots cannot be in one script, so the
 // slots are decided one after another in ascending slot order, one round
@@ -161,6 +207,13 @@ type call struct {
 // CallTimeout even when ctx has ended, so that it is not lost; if it fails it
 // is logged, not returned, and the counters keep the consumption until their
 // windows pass.
+//
+// A quota group whose enforced hits are in more than one slot cannot be
+// decided by any one script: each slot then counts them as if they could not
+// deny (as shadow hits), and once every slot has admitted, Apply decides the
+// group from their Allowed; if it denies, every slot is refunded as above
+// and the Results describe the counters as they were. A quota group within
+// one slot is decided by that slot's script, atomically.
 //
 // Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
 // or the deadline (ctx or CallTimeout) passes, and a plain error naming the
@@ -181,43 +234,53 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
 
-	groups := s.split(hits, now)
-	admitted := true
+	groups, quotaSplit := s.split(hits, now)
+	admitted, err := s.decide(ctx, hits, groups)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]limiter.Result, len(hits))
+	if err := fillAll(results, groups, admitted); err != nil {
+		return nil, err
+	}
+	if admitted && quotaSplit && !limiter.MarkOverLimit(hits, results) {
+		// The quota group, spread over slots that each admitted it, denies:
+		// take back what every slot consumed.
+		s.undo(ctx, groups)
+		admitted = false
+		if err := fillAll(results, groups, false); err != nil {
+			return nil, err
+		}
+	}
+	limiter.MarkOverLimit(hits, results)
+	return results, nil
+}
+
+// decide runs the groups' "a" calls one after another, in order, and
+// reports whether all of them admitted. When one denies, it finishes the
+// request (finishDenied); when one fails, it refunds the earlier ones.
+func (s *Store) decide(ctx context.Context, hits []limiter.Hit, groups []*group) (bool, error) {
 	for j, g := range groups {
 		if err := s.run(ctx, []call{{g.keys, g.args, &g.reply}}); err != nil {
-			s.undo(ctx, hits, groups[:j], now)
-			return nil, err
+			s.undo(ctx, groups[:j])
+			return false, err
 		}
 		var err error
 		if g.admitted, err = parseAdmitted(g.reply); err != nil {
-			s.undo(ctx, hits, groups[:j], now)
-			return nil, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
+			s.undo(ctx, groups[:j])
+			return false, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
 		}
 		if !g.admitted {
-			admitted = false
-			if err := s.finishDenied(ctx, hits, groups, j, now); err != nil {
-				return nil, err
-			}
-			break
+			return false, s.finishDenied(ctx, groups, j)
 		}
 	}
-
-	results := make([]limiter.Result, len(hits))
-	for _, g := range groups {
-		if err := fill(results, g, admitted); err != nil {
-			return nil, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
-		}
-	}
-	for i, h := range hits {
-		results[i].OverLimit = !h.Refund && !h.Shadow && !h.Quota && !results[i].Allowed
-	}
-	return results, nil
+	return true, nil
 }
 
 // finishDenied handles a Cluster request that groups[j] denied: in one
 // pipeline it refunds groups[:j] and evaluates groups[j+1:] in check mode.
-func (s *Store) finishDenied(ctx context.Context, hits []limiter.Hit, groups []*group, j int, now string) error {
-	calls := s.undoCalls(hits, groups[:j], now)
+func (s *Store) finishDenied(ctx context.Context, groups []*group, j int) error {
+	calls := undoCalls(groups[:j])
 	rest := groups[j+1:]
 	for _, g := range rest {
 		args := append([]any{"c"}, g.args[1:]...)
@@ -247,56 +310,112 @@ func (s *Store) finishDenied(ctx context.Context, hits []limiter.Hit, groups []*
 
 // split builds one group per slot (one group in all on a standalone Redis),
 // each with its distinct keys and its "a" arguments, in ascending slot order.
-func (s *Store) split(hits []limiter.Hit, now string) []*group {
-	var groups []*group
-	keyIndex := make(map[string]int, len(hits)) // key -> 1-based index in its group
-	keys := make([]string, len(hits))
-	inc := make(map[string]uint64, len(hits)) // key -> largest non-refund Hits: what the counter grows by
+// quotaSplit reports that the enforced quota hits are in more than one
+// group; their flags then say shadow instead of quota (see Apply).
+func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSplit bool) {
+	n := len(hits)
+	keys := make([]string, n)
 	for i, h := range hits {
 		keys[i] = counterKey(s.prefix, h)
-		if !h.Refund {
-			inc[keys[i]] = max(inc[keys[i]], h.Hits)
-		}
 	}
+	// first[i]: the first hit on hits[i]'s key; by first hit: inc, the
+	// largest non-refund Hits on the key (what it grows by), and kidx, the
+	// key's 1-based index in its group's KEYS.
+	ints := make([]int, 2*n)
+	first, kidx := firstOfKey(keys, ints[:n]), ints[n:]
+	inc := make([]uint64, n)
+	quotaGroup := -1
 	for i, h := range hits {
-		key := keys[i]
-		sl := 0
-		if s.cluster {
-			sl = slot(key)
+		if !h.Refund {
+			inc[first[i]] = max(inc[first[i]], h.Hits)
 		}
-		var g *group
-		for _, x := range groups {
-			if x.slot == sl {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			g = &group{slot: sl, args: make([]any, 0, 2+5*len(hits))}
-			g.args = append(g.args, "a", now)
-			groups = append(groups, g)
-		}
-		k, ok := keyIndex[key]
-		if !ok {
-			g.keys = append(g.keys, key)
-			k = len(g.keys)
-			keyIndex[key] = k
-		}
-		flags := 0
-		if h.Refund {
-			flags |= 1
-		}
-		if h.Shadow {
-			flags |= 2
-		}
-		if !h.Refund && inc[key] > h.Limit.Requests {
-			flags |= 4
+		g := s.groupOf(&groups, keys[i], n)
+		if first[i] == i {
+			g.keys = append(g.keys, keys[i])
+			kidx[i] = len(g.keys)
 		}
 		g.hits = append(g.hits, i)
-		g.args = append(g.args, k, h.Limit.Requests, h.Limit.Window.Milliseconds(), h.Hits, flags)
+		if h.Quota && !h.Shadow && !h.Refund {
+			quotaSplit = quotaSplit || quotaGroup >= 0 && quotaGroup != g.slot
+			quotaGroup = g.slot
+		}
+	}
+	for _, g := range groups {
+		g.args = make([]any, 0, argsHead+argsPerKey*len(g.keys)+argsPerHit*len(g.hits))
+		g.args = append(g.args, "a", now)
+		for _, i := range g.hits {
+			if first[i] == i {
+				g.args = append(g.args, int(hits[i].Limit.Algorithm), hits[i].Limit.Window.Milliseconds())
+			}
+		}
+		for _, i := range g.hits {
+			h := hits[i]
+			g.args = append(g.args, kidx[first[i]], h.Limit.Requests, h.Hits, flags(h, inc[first[i]], quotaSplit))
+		}
 	}
 	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
-	return groups
+	return groups, quotaSplit
+}
+
+// groupOf returns the group of key's slot from *groups, adding it if new.
+func (s *Store) groupOf(groups *[]*group, key string, hits int) *group {
+	sl := 0
+	if s.cluster {
+		sl = slot(key)
+	}
+	for _, g := range *groups {
+		if g.slot == sl {
+			return g
+		}
+	}
+	g := &group{slot: sl, keys: make([]string, 0, hits), hits: make([]int, 0, hits)}
+	*groups = append(*groups, g)
+	return g
+}
+
+// flags returns the script's flags for h, whose key grows by inc.
+func flags(h limiter.Hit, inc uint64, quotaSplit bool) int {
+	f := 0
+	if h.Refund {
+		f |= flagRefund
+	}
+	if h.Shadow || h.Quota && quotaSplit {
+		f |= flagShadow
+	}
+	if !h.Refund && inc > h.Limit.Capacity() {
+		f |= flagExceeds
+	}
+	if h.Quota {
+		f |= flagQuota
+	}
+	return f
+}
+
+// firstOfKey writes into first (len(keys)) the index of the first key equal
+// to each key, and returns it.
+func firstOfKey(keys []string, first []int) []int {
+	if len(keys) <= 16 {
+		for i, k := range keys {
+			first[i] = i
+			for j := range i {
+				if keys[j] == k {
+					first[i] = j
+					break
+				}
+			}
+		}
+		return first
+	}
+	seen := make(map[string]int, len(keys))
+	for i, k := range keys {
+		if j, ok := seen[k]; ok {
+			first[i] = j
+		} else {
+			seen[k] = i
+			first[i] = i
+		}
+	}
+	return first
 }
 
 // run sends the calls and stores each reply. One call is one Script.Run
@@ -306,9 +425,9 @@ func (s *Store) split(hits []limiter.Hit, now string) []*group {
 func (s *Store) run(ctx context.Context, calls []call) error {
 	if len(calls) == 1 {
 		c := calls[0]
-		r, err := slidingWindow.Run(ctx, s.c, c.keys, c.args...).Slice()
+		r, err := script.Run(ctx, s.c, c.keys, c.args...).Slice()
 		if err != nil {
-			return fmt.Errorf("%w: run sliding window script on %d keys: %w", limiter.ErrStoreUnavailable, len(c.keys), err)
+			return fmt.Errorf("%w: run limiter script on %d keys: %w", limiter.ErrStoreUnavailable, len(c.keys), err)
 		}
 		*c.reply = r
 		return nil
@@ -316,18 +435,18 @@ func (s *Store) run(ctx context.Context, calls []call) error {
 	pipe := s.c.Pipeline()
 	cmds := make([]*goredis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, slidingWindow.Hash(), c.keys, c.args...)
+		cmds[i] = pipe.EvalSha(ctx, script.Hash(), c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
 	var first error
 	for i, c := range calls {
 		r, err := cmds[i].Slice()
 		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			r, err = slidingWindow.Run(ctx, s.c, c.keys, c.args...).Slice()
+			r, err = script.Run(ctx, s.c, c.keys, c.args...).Slice()
 		}
 		if err != nil {
 			if first == nil {
-				first = fmt.Errorf("%w: run sliding window script on %d keys (%d calls): %w",
+				first = fmt.Errorf("%w: run limiter script on %d keys (%d calls): %w",
 					limiter.ErrStoreUnavailable, len(c.keys), len(calls), err)
 			}
 			continue
@@ -339,8 +458,8 @@ func (s *Store) run(ctx context.Context, calls []call) error {
 
 // undo refunds what groups (which all admitted) consumed, under a fresh
 // deadline; a failure is logged.
-func (s *Store) undo(ctx context.Context, hits []limiter.Hit, groups []*group, now string) {
-	calls := s.undoCalls(hits, groups, now)
+func (s *Store) undo(ctx context.Context, groups []*group) {
+	calls := undoCalls(groups)
 	if len(calls) == 0 {
 		return
 	}
@@ -355,13 +474,13 @@ func (s *Store) undo(ctx context.Context, hits []limiter.Hit, groups []*group, n
 
 // undoCalls returns the "u" calls that take back what the admitting groups
 // consumed; groups that consumed nothing need none.
-func (s *Store) undoCalls(hits []limiter.Hit, groups []*group, now string) []call {
+func undoCalls(groups []*group) []call {
 	var calls []call
 	for _, g := range groups {
 		if !g.admitted || g.reply == nil {
 			continue
 		}
-		if a := undoArgs(g, hits, now); a != nil {
+		if a := undoArgs(g); a != nil {
 			var discard []any
 			calls = append(calls, call{g.keys, a, &discard})
 		}
@@ -370,27 +489,26 @@ func (s *Store) undoCalls(hits []limiter.Hit, groups []*group, now string) []cal
 }
 
 // undoArgs returns the "u" ARGV taking back what g's "a" call consumed, or
-// nil when it consumed nothing (or its reply is malformed).
-func undoArgs(g *group, hits []limiter.Hit, now string) []any {
-	nh := len(g.hits)
-	if len(g.reply) != 2+7*nh+2*len(g.keys) {
+// nil when it consumed nothing (every token's u2 is 0) or its reply is
+// malformed.
+func undoArgs(g *group) []any {
+	nh, nk := len(g.hits), len(g.keys)
+	if len(g.reply) != replyLen(nh, nk) {
 		return nil
 	}
-	tail := g.reply[2+7*nh:]
-	window := make([]int64, len(g.keys))
-	for j, i := range g.hits {
-		window[g.args[2+5*j].(int)-1] = hits[i].Limit.Window.Milliseconds()
-	}
-	args := []any{"u", now}
+	tokens := g.reply[replyHead+replyHit*nh:]
+	args := make([]any, 0, argsHead+argsPerUndoKey*nk)
+	args = append(args, "u", g.args[1])
 	changed := false
-	for k := range g.keys {
-		idx, ok1 := tail[2*k].(int64)
-		delta, ok2 := tail[2*k+1].(int64)
+	for k := range nk {
+		u1, ok1 := tokens[replyKey*k].(int64)
+		u2, ok2 := tokens[replyKey*k+1].(int64)
 		if !ok1 || !ok2 {
 			return nil
 		}
-		changed = changed || delta != 0
-		args = append(args, idx, delta, window[k])
+		changed = changed || u2 != 0
+		key := g.args[argsHead+argsPerKey*k:]
+		args = append(args, key[0], key[1], u1, u2)
 	}
 	if !changed {
 		return nil
@@ -399,50 +517,50 @@ func undoArgs(g *group, hits []limiter.Hit, now string) []any {
 }
 
 func parseAdmitted(r []any) (bool, error) {
-	if len(r) < 2 {
-		return false, errors.New("redis: sliding window reply too short")
+	if len(r) < replyHead {
+		return false, errors.New("redis: limiter script reply too short")
 	}
-	a, ok := r[0].(int64)
+	a, ok := r[replyAdmitted].(int64)
 	if !ok {
-		return false, errors.New("redis: sliding window reply: admitted is not an integer")
+		return false, errors.New("redis: limiter script reply: admitted is not an integer")
 	}
 	return a == 1, nil
 }
 
-// fill writes the Results of g's hits, picking the counters' state after
-// consumption when the whole request was admitted and before it otherwise.
+// fillAll fills the Results of every group, as fill does.
+func fillAll(results []limiter.Result, groups []*group, admitted bool) error {
+	for _, g := range groups {
+		if err := fill(results, g, admitted); err != nil {
+			return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
+		}
+	}
+	return nil
+}
+
+// fill writes the Results of g's hits (OverLimit aside), picking the
+// counters' state after consumption when the whole request was admitted and
+// before it otherwise.
 func fill(results []limiter.Result, g *group, admitted bool) error {
 	r := g.reply
-	if len(r) != 2+7*len(g.hits)+2*len(g.keys) {
-		return fmt.Errorf("redis: sliding window reply has %d values, want %d", len(r), 2+7*len(g.hits)+2*len(g.keys))
+	if want := replyLen(len(g.hits), len(g.keys)); len(r) != want {
+		return fmt.Errorf("redis: limiter script reply has %d values, want %d", len(r), want)
 	}
 	for j, i := range g.hits {
-		v := r[2+7*j : 2+7*j+7]
-		allowed, ok1 := v[0].(int64)
-		exceeds, ok2 := v[1].(int64)
-		retry, ok3 := v[2].(int64)
-		rem, reset := v[3], v[4]
+		v := r[replyHead+replyHit*j : replyHead+replyHit*(j+1)]
+		allowed, ok1 := v[replyAllowed].(int64)
+		exceeds, ok2 := v[replyExceeds].(int64)
+		retry, ok3 := v[replyRetryAfter].(int64)
+		rem, reset := v[replyRemainingDenied], v[replyResetDenied]
 		if admitted {
-			rem, reset = v[5], v[6]
+			rem, reset = v[replyRemainingAdmitted], v[replyResetAdmitted]
 		}
-		resetMs, ok5 := reset.(int64)
-		if !ok1 || !ok2 || !ok3 || !ok5 {
-			return fmt.Errorf("redis: sliding window reply for hit %d has unexpected types %T", i, v)
+		resetMs, ok4 := reset.(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return fmt.Errorf("redis: limiter script reply for hit %d has unexpected types %T", i, v)
 		}
-		var remaining uint64
-		switch r := rem.(type) {
-		case int64:
-			remaining = uint64(r)
-		case string:
-			// From 2^63 on the script prints the whole double; convert it
-			// as limiter.Evaluate converts its float64.
-			f, err := strconv.ParseFloat(r, 64)
-			if err != nil {
-				return fmt.Errorf("redis: sliding window reply for hit %d: remaining: %w", i, err)
-			}
-			remaining = uint64(f)
-		default:
-			return fmt.Errorf("redis: sliding window reply for hit %d: remaining is a %T", i, rem)
+		remaining, err := parseRemaining(rem)
+		if err != nil {
+			return fmt.Errorf("redis: limiter script reply for hit %d: remaining: %w", i, err)
 		}
 		results[i] = limiter.Result{
 			Allowed:      allowed == 1,
@@ -453,4 +571,21 @@ func fill(results []limiter.Result, g *group, admitted bool) error {
 		}
 	}
 	return nil
+}
+
+// parseRemaining reads a remaining count of the reply: an integer, or from
+// 2^63 on a string holding the whole double, which it converts as
+// limiter.Evaluate converts its float64.
+func parseRemaining(v any) (uint64, error) {
+	switch r := v.(type) {
+	case int64:
+		return uint64(r), nil
+	case string:
+		f, err := strconv.ParseFloat(r, 64)
+		if err != nil {
+			return 0, err
+		}
+		return uint64(f), nil
+	}
+	return 0, fmt.Errorf("a %T", v)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,8 +115,8 @@ func TestClusterConcurrentCrossSlot(t *testing.T) {
 	for range 4 {
 		stores = append(stores, New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: 5 * time.Second}))
 	}
-	if n := len(stores[0].split(hits, "")); n != 3 {
-		t.Fatalf("keys %q are in %d slots, want 3", keys, n)
+	if groups, _ := stores[0].split(hits, ""); len(groups) != 3 {
+		t.Fatalf("keys %q are in %d slots, want 3", keys, len(groups))
 	}
 	got := race(t, stores, 400, hits)
 	for i := 0; ; i++ {
@@ -155,7 +156,7 @@ func TestClusterRefundIsExact(t *testing.T) {
 	// Fill the counter of the slot decided last, so that the earlier two
 	// consume and must be refunded.
 	hits := []limiter.Hit{perMinute(keys[0], 10), perMinute(keys[1], 10), perMinute(keys[2], 10)}
-	groups := s.split(hits, "")
+	groups, _ := s.split(hits, "")
 	last := hits[groups[2].hits[0]]
 	last.Hits = 10
 	if _, err := s.Apply(ctx, []limiter.Hit{last}); err != nil {
@@ -421,5 +422,114 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := closed.Apply(context.Background(), hits); !errors.Is(err, limiter.ErrStoreUnavailable) {
 		t.Errorf("Apply after Close = %v, want ErrStoreUnavailable", err)
+	}
+}
+
+// TestClusterQuotaGroupAcrossSlots: a quota group whose hits are in three
+// slots on three masters denies only when all its hits are over; then every
+// slot's consumption is taken back exactly, and otherwise every counter,
+// the over quota ones included, counts.
+func TestClusterQuotaGroupAcrossSlots(t *testing.T) {
+	t.Parallel()
+	addrs := redistest.Cluster(t)
+	prefix := redistest.Prefix(t.Name())
+	admin := newClusterClient(t, addrs)
+	t.Cleanup(func() { deletePrefix(t, admin, prefix) })
+	now := time.UnixMilli(1_800_000_000_000) // a window start
+	s := New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: testTimeout, Now: func() time.Time { return now }})
+	keys := clusterKeys(t, admin, 3, time.Minute)
+	ctx := context.Background()
+	quota := func(key string, n uint64) limiter.Hit {
+		h := perMinute(key, n)
+		h.Quota = true
+		return h
+	}
+	a, b, c := quota(keys[0], 1), quota(keys[1], 5), perMinute(keys[2], 10)
+	full := b
+	full.Hits = 5
+	if _, err := s.Apply(ctx, []limiter.Hit{a, full}); err != nil {
+		t.Fatal(err)
+	}
+	cur := func(h limiter.Hit) uint64 {
+		_, n, _, _ := readCounter(t, admin, counterKey(prefix, h))
+		return n
+	}
+
+	req := []limiter.Hit{a, b, c}
+	if _, split := s.split(req, ""); !split {
+		t.Fatalf("quota hits on %q and %q: split = false, want true (two slots)", keys[0], keys[1])
+	}
+	res, err := s.Apply(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []limiter.Result{
+		{RetryAfter: 2 * time.Minute, ResetAfter: 2 * time.Minute, OverLimit: true},
+		{RetryAfter: 72 * time.Second, ResetAfter: 2 * time.Minute, OverLimit: true},
+		{Allowed: true, Remaining: 10},
+	}
+	if !slices.Equal(res, want) {
+		t.Errorf("quota group over in every slot = %+v, want %+v", res, want)
+	}
+	if got := []uint64{cur(a), cur(b), cur(c)}; !slices.Equal(got, []uint64{1, 5, 0}) {
+		t.Errorf("counters after the denied request = %v, want [1 5 0] (every slot refunded)", got)
+	}
+
+	quotaC := quota(keys[2], 10)
+	res, err = s.Apply(ctx, []limiter.Hit{a, quotaC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []limiter.Result{
+		{RetryAfter: 2 * time.Minute, ResetAfter: 2 * time.Minute},
+		{Allowed: true, Remaining: 9, ResetAfter: 2 * time.Minute},
+	}
+	if !slices.Equal(res, want) {
+		t.Errorf("quota group with one hit under its limit = %+v, want %+v", res, want)
+	}
+	if got := []uint64{cur(a), cur(quotaC)}; !slices.Equal(got, []uint64{2, 1}) {
+		t.Errorf("counters after the admitted request = %v, want [2 1]", got)
+	}
+}
+
+// TestSplitQuotaGroups: quota hits are sent as shadow hits exactly when the
+// group's enforced hits are in more than one slot.
+func TestSplitQuotaGroups(t *testing.T) {
+	t.Parallel()
+	standalone, _ := newTestStore(t, Options{})
+	addrs := redistest.Cluster(t)
+	cluster := New(newClusterClient(t, addrs), Options{})
+	keys := clusterKeys(t, newClusterClient(t, addrs), 2, time.Minute)
+	quota := func(key string) limiter.Hit {
+		h := perMinute(key, 5)
+		h.Quota = true
+		return h
+	}
+	shadowQuota := quota(keys[1])
+	shadowQuota.Shadow = true
+	for _, tc := range []struct {
+		name string
+		s    *Store
+		hits []limiter.Hit
+		want bool
+	}{
+		{"standalone", standalone, []limiter.Hit{quota(keys[0]), quota(keys[1])}, false},
+		{"one slot", cluster, []limiter.Hit{quota(keys[0]), quota(keys[0]), perMinute(keys[1], 1)}, false},
+		{"two slots", cluster, []limiter.Hit{quota(keys[0]), quota(keys[1])}, true},
+		{"a shadow quota hit is not in the group", cluster, []limiter.Hit{quota(keys[0]), shadowQuota}, false},
+	} {
+		groups, split := tc.s.split(tc.hits, "")
+		if split != tc.want {
+			t.Errorf("%s: split = %v, want %v", tc.name, split, tc.want)
+		}
+		for _, g := range groups {
+			for j, i := range g.hits {
+				f := g.args[argsHead+argsPerKey*len(g.keys)+argsPerHit*j+3].(int)
+				h := tc.hits[i]
+				if wantShadow := h.Shadow || h.Quota && tc.want; (f&flagShadow != 0) != wantShadow || (f&flagQuota != 0) != h.Quota {
+					t.Errorf("%s: hit %d flags %b, want shadow %v quota %v", tc.name, i, f, wantShadow, h.Quota)
+				}
+			}
+		}
 	}
 }

@@ -21,7 +21,7 @@ func TestUndo(t *testing.T) {
 	t0 := int64(1_800_000_000_000) // a window start
 	run := func(now int64, key string, args ...any) any {
 		t.Helper()
-		r, err := slidingWindow.Run(ctx, c, []string{key}, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
+		r, err := script.Run(ctx, c, []string{key}, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,13 +33,13 @@ func TestUndo(t *testing.T) {
 		if refund {
 			flags = 1
 		}
-		r := run(now, key, "a", 1, 100, w, n, flags).([]any)
+		r := run(now, key, "a", int(limiter.SlidingWindow), w, 1, 100, n, flags).([]any)
 		return r[len(r)-2].(int64), r[len(r)-1].(int64)
 	}
-	state := func(key string) limiter.Counter {
+	state := func(key string) limiter.State {
 		t.Helper()
 		i, cur, prev, _ := readCounter(t, c, key)
-		return limiter.Counter{Index: i, Cur: cur, Prev: prev}
+		return limiter.State{At: i, N1: cur, N2: prev}
 	}
 	idx0 := t0 / w
 	for _, tc := range []struct {
@@ -48,13 +48,13 @@ func TestUndo(t *testing.T) {
 		n       uint64
 		refund  bool
 		undoAt  int64 // ms after t0
-		want    limiter.Counter
+		want    limiter.State
 		wantTTL bool
 	}{
-		{"same window", 5, 3, false, 10, limiter.Counter{Index: idx0, Cur: 5}, true},
-		{"rolled once", 5, 3, false, w + 10, limiter.Counter{Index: idx0 + 1, Prev: 5}, true},
-		{"rolled twice", 5, 3, false, 2*w + 10, limiter.Counter{}, false}, // zero, deleted
-		{"refund that deleted the counter", 2, 5, true, 10, limiter.Counter{Index: idx0, Cur: 2}, true},
+		{"same window", 5, 3, false, 10, limiter.State{At: idx0, N1: 5, N2: 0}, true},
+		{"rolled once", 5, 3, false, w + 10, limiter.State{At: idx0 + 1, N1: 0, N2: 5}, true},
+		{"rolled twice", 5, 3, false, 2*w + 10, limiter.State{}, false}, // zero, deleted
+		{"refund that deleted the counter", 2, 5, true, 10, limiter.State{At: idx0, N1: 2, N2: 0}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := counterKey(s.prefix, limiter.Hit{Key: tc.name, Limit: limiter.Limit{Window: w * time.Millisecond}})
@@ -64,7 +64,7 @@ func TestUndo(t *testing.T) {
 				// Roll the stored counter as a later request would.
 				apply(t0+tc.undoAt, key, 0, false)
 			}
-			run(t0+tc.undoAt, key, "u", idx, delta, w)
+			run(t0+tc.undoAt, key, "u", int(limiter.SlidingWindow), w, idx, delta)
 			if got := state(key); got != tc.want {
 				t.Errorf("after undo: %+v, want %+v", got, tc.want)
 			}

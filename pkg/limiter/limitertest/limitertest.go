@@ -1,6 +1,7 @@
 // Package limitertest holds the contract suite that every limiter.Store must
-// pass: TestStore. It imports only the standard library and pkg/limiter, so
-// pkg/redis and the in-memory store's tests can both run it.
+// pass: TestStore. It imports only the standard library, pkg/limiter and
+// internal/testclock, so pkg/redis and the in-memory store's tests can both
+// run it.
 package limitertest
 
 import (
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
@@ -35,10 +37,10 @@ import (
 // The suite checks, with exact Result values compared against limiter.Evaluate
 // run on a model of the counters and against hand-computed values: the
 // sliding window decision and rollover, all or nothing across keys, shared
-// increments on one counter, shadow hits, refunds, check-only hits, hits over
-// the limit, invalid limits, concurrent requests on one counter (exactly the
-// limit is admitted) and across counters (atomic), and the independence of
-// keys holding unusual bytes. newStore may call t.Fatal; it should register
+// increments on one counter, shadow hits, quota groups, refunds, check-only
+// hits, hits over the limit, invalid limits, concurrent requests on one
+// counter (exactly the limit is admitted) and across counters (atomic), and
+// the independence of keys holding unusual bytes. newStore may call t.Fatal; it should register
 // any cleanup with t.Cleanup.
 func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) {
 	for _, tc := range []struct {
@@ -53,6 +55,8 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"AllOrNothing", testAllOrNothing},
 		{"SameCounterShares", testSameCounterShares},
 		{"Shadow", testShadow},
+		{"QuotaGroup", testQuotaGroup},
+		{"QuotaGroupDeniedByOthers", testQuotaGroupDeniedByOthers},
 		{"Refund", testRefund},
 		{"CheckOnly", testCheckOnly},
 		{"ExceedsLimit", testExceedsLimit},
@@ -69,21 +73,15 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 	}
 }
 
-// Clock is a fake clock safe for concurrent use.
-type clock struct{ ms atomic.Int64 }
-
-func (c *clock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
-func (c *clock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-
 // env is one subtest's store, clock, key prefix and model of the counters.
 type env struct {
 	t      *testing.T
-	clk    *clock
+	clk    *testclock.Clock
 	store  limiter.Store
 	prefix string
 
 	mu       sync.Mutex
-	counters map[counterID]limiter.Counter
+	counters map[counterID]limiter.State
 }
 
 type counterID struct {
@@ -93,16 +91,15 @@ type counterID struct {
 }
 
 func newEnv(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) *env {
-	clk := &clock{}
 	hour := time.Hour.Milliseconds()
-	clk.ms.Store((time.Now().UnixMilli()/hour + 2) * hour)
+	clk := testclock.NewMilli((time.Now().UnixMilli()/hour + 2) * hour)
 	e := &env{
 		t:        t,
 		clk:      clk,
 		prefix:   fmt.Sprintf("limitertest:%016x:", rand.Uint64()),
-		counters: make(map[counterID]limiter.Counter),
+		counters: make(map[counterID]limiter.State),
 	}
-	e.store = newStore(t, clk.now)
+	e.store = newStore(t, clk.Now)
 	return e
 }
 
@@ -118,11 +115,14 @@ func (e *env) apply(hits ...limiter.Hit) []limiter.Result {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	counters := make([]limiter.Counter, len(hits))
+	states := make([]limiter.State, len(hits))
 	for i, h := range hits {
-		counters[i] = e.counters[idOf(h)]
+		states[i] = e.counters[idOf(h)]
 	}
-	want, next, admitted := limiter.Evaluate(e.clk.ms.Load(), hits, counters)
+	want, next, admitted, err := limiter.Evaluate(e.clk.Now().UnixMilli(), hits, states)
+	if err != nil {
+		e.t.Fatalf("limiter.Evaluate(%s) error: %v", describe(hits), err)
+	}
 	if !reflect.DeepEqual(got, want) {
 		e.t.Fatalf("Apply(%s) = %+v, want %+v (limiter.Evaluate)", describe(hits), got, want)
 	}
@@ -134,9 +134,9 @@ func (e *env) apply(hits ...limiter.Hit) []limiter.Result {
 	return got
 }
 
-// expect runs hits and checks the Results against hand-computed values too.
-// A hand-computed Result leaves OverLimit unset: expect fills it in as
-// "an enforced hit that is not Allowed" (no quota hits here), and apply has
+// expect runs hits, none of them a quota hit, and checks the Results against
+// hand-computed values too. A hand-computed Result leaves OverLimit unset:
+// expect fills it in as "an enforced hit that is not Allowed", and apply has
 // already checked it against limiter.Evaluate.
 func (e *env) expect(hits []limiter.Hit, want ...limiter.Result) {
 	e.t.Helper()
@@ -145,6 +145,12 @@ func (e *env) expect(hits []limiter.Hit, want ...limiter.Result) {
 			want[i].OverLimit = !hits[i].Shadow && !hits[i].Refund && !want[i].Allowed
 		}
 	}
+	e.expectExact(hits, want...)
+}
+
+// expectExact is expect with OverLimit stated in want, for quota groups.
+func (e *env) expectExact(hits []limiter.Hit, want ...limiter.Result) {
+	e.t.Helper()
 	if got := e.apply(hits...); !reflect.DeepEqual(got, want) {
 		e.t.Fatalf("Apply(%s) = %+v, want %+v", describe(hits), got, want)
 	}
@@ -162,7 +168,8 @@ func describe(hits []limiter.Hit) string {
 		if len(k) > 40 {
 			k = fmt.Sprintf("%s...(%d bytes)", k[:40], len(k))
 		}
-		fmt.Fprintf(&b, "{%q %d/%v hits=%d refund=%v shadow=%v}", k, h.Limit.Requests, h.Limit.Window, h.Hits, h.Refund, h.Shadow)
+		fmt.Fprintf(&b, "{%q %d/%v %v hits=%d refund=%v shadow=%v quota=%v}",
+			k, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Hits, h.Refund, h.Shadow, h.Quota)
 	}
 	return "[" + b.String() + "]"
 }
@@ -197,18 +204,18 @@ func testUpToTheLimit(t *testing.T, e *env) {
 func testRetryAfterIsExact(t *testing.T, e *env) {
 	l := limit(5, 10*time.Second)
 	h := []limiter.Hit{hit(e.key("a"), l, 2)}
-	e.clk.advance(ms(3_000))
+	e.clk.Advance(ms(3_000))
 	e.apply(h...)
 	e.apply(h...)
 	res := e.apply(h...)
 	if res[0].Allowed || res[0].RetryAfter <= time.Millisecond {
 		t.Fatalf("third hit of 2 on 5/10s = %+v, want denied with RetryAfter > 1ms", res[0])
 	}
-	e.clk.advance(res[0].RetryAfter - time.Millisecond)
+	e.clk.Advance(res[0].RetryAfter - time.Millisecond)
 	if res := e.apply(h...); res[0].Allowed {
 		t.Fatalf("1 ms before RetryAfter: %+v, want denied", res[0])
 	}
-	e.clk.advance(time.Millisecond)
+	e.clk.Advance(time.Millisecond)
 	if res := e.apply(h...); !res[0].Allowed {
 		t.Fatalf("at RetryAfter: %+v, want Allowed", res[0])
 	}
@@ -218,14 +225,14 @@ func testRollover(t *testing.T, e *env) {
 	l := limit(10, time.Minute)
 	e.expect([]limiter.Hit{hit(e.key("a"), l, 10)}, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
 	// Half way into the next window the 10 weigh 5.
-	e.clk.advance(ms(90_000))
+	e.clk.Advance(ms(90_000))
 	h := []limiter.Hit{hit(e.key("a"), l, 1)}
 	for i := range 5 {
 		e.expect(h, limiter.Result{Allowed: true, Remaining: uint64(4 - i), ResetAfter: ms(90_000)})
 	}
 	// Same window at 36 s: 10*(24/60) + 5 + 1 = 10.
 	e.expect(h, limiter.Result{RetryAfter: ms(6_000), ResetAfter: ms(90_000)})
-	e.clk.advance(ms(6_000))
+	e.clk.Advance(ms(6_000))
 	e.expect(h, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(84_000)})
 }
 
@@ -233,11 +240,11 @@ func testGapResets(t *testing.T, e *env) {
 	l := limit(10, time.Minute)
 	h := []limiter.Hit{hit(e.key("a"), l, 10)}
 	e.expect(h, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
-	e.clk.advance(ms(60_000 + 59_999))
+	e.clk.Advance(ms(60_000 + 59_999))
 	e.expect(h, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(1)})
-	e.clk.advance(ms(1))
+	e.clk.Advance(ms(1))
 	e.expect(h, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
-	e.clk.advance(5 * time.Minute)
+	e.clk.Advance(5 * time.Minute)
 	e.expect(h, limiter.Result{Allowed: true, ResetAfter: ms(120_000)})
 }
 
@@ -310,6 +317,79 @@ func testShadow(t *testing.T, e *env) {
 	e.apply(limiter.Hit{Key: s, Limit: one, Hits: 100, Shadow: true})
 }
 
+func quota(key string, l limiter.Limit, n uint64) limiter.Hit {
+	return limiter.Hit{Key: key, Limit: l, Hits: n, Quota: true}
+}
+
+// testQuotaGroup: quota hits deny the request only when every one of them is
+// over; then nothing is consumed, and otherwise every counter is, the over
+// quota counters included.
+func testQuotaGroup(t *testing.T, e *env) {
+	a, b, c, s := e.key("a"), e.key("b"), e.key("c"), e.key("s")
+	one, five, ten := limit(1, time.Minute), limit(5, time.Minute), limit(10, time.Minute)
+	e.apply(hit(a, one, 1))
+	// a is over, b is not: the request is admitted and both count.
+	e.expectExact([]limiter.Hit{quota(a, one, 1), quota(b, five, 1)},
+		limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000)},
+		limiter.Result{Allowed: true, Remaining: 4, ResetAfter: ms(120_000)},
+	)
+	e.expect([]limiter.Hit{hit(a, limit(3, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	// Both over: denied, and neither the enforced hit on c nor the shadow
+	// hit on s consumes.
+	e.apply(hit(b, five, 4))
+	req := []limiter.Hit{quota(a, one, 1), quota(b, five, 1), hit(c, ten, 1), {Key: s, Limit: ten, Hits: 1, Shadow: true}}
+	for range 2 {
+		e.expectExact(req,
+			limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000), OverLimit: true},
+			limiter.Result{RetryAfter: ms(72_000), ResetAfter: ms(120_000), OverLimit: true},
+			limiter.Result{Allowed: true, Remaining: 10},
+			limiter.Result{Allowed: true, Remaining: 10},
+		)
+	}
+	// A quota group of one is a plain limit.
+	e.expectExact([]limiter.Hit{quota(b, five, 1)},
+		limiter.Result{RetryAfter: ms(72_000), ResetAfter: ms(120_000), OverLimit: true})
+	// A quota hit that is also a shadow hit is outside the group: it never
+	// denies and is counted.
+	e.expectExact([]limiter.Hit{hit(c, ten, 1), {Key: a, Limit: one, Hits: 1, Quota: true, Shadow: true}},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
+		limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000)},
+	)
+	e.expect([]limiter.Hit{hit(a, limit(4, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)})
+	// Once one quota hit fits again, the group admits.
+	e.clk.Advance(ms(72_000))
+	e.expectExact([]limiter.Hit{quota(a, one, 1), quota(b, five, 1)},
+		limiter.Result{RetryAfter: ms(48_000), ResetAfter: ms(108_000)},
+		limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(108_000)},
+	)
+}
+
+// testQuotaGroupDeniedByOthers: a quota group that admits does not admit a
+// request that an enforced non-quota hit denies, and its hits are not over
+// limit then.
+func testQuotaGroupDeniedByOthers(t *testing.T, e *env) {
+	a, b, c := e.key("a"), e.key("b"), e.key("c")
+	one, five, ten := limit(1, time.Minute), limit(5, time.Minute), limit(10, time.Minute)
+	e.apply(hit(a, one, 1), hit(b, five, 5))
+	req := []limiter.Hit{quota(c, ten, 1), quota(a, one, 1), hit(b, five, 1)}
+	e.expectExact(req,
+		limiter.Result{Allowed: true, Remaining: 10},
+		limiter.Result{RetryAfter: ms(120_000), ResetAfter: ms(120_000)},
+		limiter.Result{RetryAfter: ms(72_000), ResetAfter: ms(120_000), OverLimit: true},
+	)
+	e.expect([]limiter.Hit{hit(c, ten, 0), hit(a, limit(2, time.Minute), 0)},
+		limiter.Result{Allowed: true, Remaining: 10},
+		limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(120_000)},
+	)
+	// A refund in the quota group is outside it and never denies.
+	e.expectExact([]limiter.Hit{{Key: a, Limit: one, Hits: 1, Quota: true, Refund: true}, quota(c, ten, 1)},
+		limiter.Result{Allowed: true, Remaining: 1},
+		limiter.Result{Allowed: true, Remaining: 9, ResetAfter: ms(120_000)},
+	)
+}
+
 func testRefund(t *testing.T, e *env) {
 	k := e.key("k")
 	l := limit(10, time.Minute)
@@ -322,7 +402,7 @@ func testRefund(t *testing.T, e *env) {
 	}
 	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(66_000), ResetAfter: ms(120_000)})
 	// A refund lowers only the current window.
-	e.clk.advance(ms(90_000))
+	e.clk.Advance(ms(90_000))
 	e.expect([]limiter.Hit{hit(k, l, 3), refund(3)},
 		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)},
 		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)},
@@ -390,16 +470,17 @@ func testRandomSequence(t *testing.T, e *env) {
 			case 1:
 				h.Shadow = true
 			}
+			h.Quota = r.IntN(3) == 0
 			hits[i] = h
 		}
 		e.apply(hits...)
 		switch r.IntN(6) {
 		case 0:
-			e.clk.advance(ms(1 + r.Int64N(1_000)))
+			e.clk.Advance(ms(1 + r.Int64N(1_000)))
 		case 1:
-			e.clk.advance(ms(r.Int64N(30_000)))
+			e.clk.Advance(ms(r.Int64N(30_000)))
 		case 2:
-			e.clk.advance(ms(r.Int64N(3)))
+			e.clk.Advance(ms(r.Int64N(3)))
 		}
 	}
 }

@@ -1,0 +1,174 @@
+package limiter
+
+import (
+	"fmt"
+	"math"
+)
+
+// Algorithm names the counting algorithm of a Limit. The zero value is
+// SlidingWindow, the default of DESIGN.md section 3. The numbers are part of
+// the protocol between Go and the Lua script of pkg/redis, which dispatches
+// on them: never renumber one.
+type Algorithm uint8
+
+const (
+	// SlidingWindow is the sliding window counter: the count of the current
+	// fixed window plus the count of the previous one weighted by the share of
+	// it that still overlaps the sliding window (sliding.go).
+	SlidingWindow Algorithm = iota
+)
+
+// algorithms is the registry of algorithms, indexed by Algorithm: the one
+// place that lists them. Everything that depends on the algorithm (Evaluate,
+// Limit.Validate, MemoryStore's expiry, OverLimitCache) goes through it.
+var algorithms = [...]struct {
+	name string // config spelling: rate_limit.algorithm
+	algorithm
+}{
+	SlidingWindow: {"sliding_window", slidingWindow{}},
+}
+
+// algorithm is the Go twin of one algorithm: how it reads, decides and
+// changes the State of one counter. Every method is pure and must agree with
+// the algorithm's section of the Lua script in pkg/redis on every input. The
+// shared code calls them as Evaluate does:
+//
+//  1. roll each hit's stored State to now (the state the decision reads);
+//  2. for each hit that is neither a refund nor over the Limit's Capacity,
+//     decide whether n more hits fit, n being the growth its counter takes;
+//  3. if the request is admitted, consume once per counter;
+//  4. report Remaining and ResetAfter from the resulting State.
+//
+// The steps are few and coarse on purpose: each is an indirect call, and the
+// Lua section groups them the same way (read, decide, write, report).
+//
+// l is the hit's own Limit, except in consume and expires, which act once
+// per counter and get the Limit of the counter's first hit in the request
+// (hits on one counter share Window and Algorithm, not Requests). Times are
+// Unix ms; durations are ms.
+type algorithm interface {
+	// validate reports what is wrong with l's algorithm parameters, naming
+	// the field. Window and Algorithm are already valid.
+	validate(l Limit) error
+	// capacity is the most hits l can ever admit at once (Limit.Capacity).
+	capacity(l Limit) uint64
+	// roll returns s as seen at nowMs. It may read l only through the
+	// counter's identity (Window, Algorithm), since every hit on a counter
+	// must roll its State alike (and the Lua read step sees no Requests).
+	roll(s State, nowMs int64, l Limit) State
+	// decide reports whether n more hits fit under l on the rolled s, and if
+	// not, the time until they would with no further traffic (at least 1).
+	// n <= l.Capacity().
+	decide(s State, nowMs int64, l Limit, n uint64) (ok bool, retryMs int64)
+	// consume returns the rolled s after admitting inc hits and then
+	// refunding dec (never below empty). inc and dec are each the largest
+	// among the counter's hits and refunds.
+	consume(s State, nowMs int64, l Limit, inc, dec uint64) State
+	// report returns how many more hits l admits on s right now (0 unless
+	// allowed: it is computed for an allowed hit only) and the time until s
+	// admits the full l with no further traffic.
+	report(s State, nowMs int64, l Limit, allowed bool) (remaining uint64, resetAfterMs int64)
+	// expires returns the Unix ms from which s, with no further traffic, is
+	// equivalent to the zero State, and math.MinInt64 when it already is.
+	// MemoryStore drops a counter then, and the Lua section sets the same
+	// expiry as the key's TTL (capped at two windows, see the script).
+	expires(s State, l Limit) int64
+	// denialsHold reports whether a denial, once answered, holds until its
+	// RetryAfter whatever other requests do (refunds aside): true when other
+	// traffic can only fill counters further. OverLimitCache answers a
+	// repeated denial from memory only then.
+	denialsHold() bool
+}
+
+// State is the stored state of one counter, which the counter's Algorithm
+// interprets. The zero value is an empty counter under every algorithm, and
+// every algorithm maps a state that no longer holds anything back to an
+// equivalent of it (see expires), so a store may drop such a counter.
+//
+// Today's algorithms use it as follows; an algorithm added later reads the
+// fields in its own way, as the comments of each sketch:
+//   - sliding_window: At is the window index floor(now_ms / window_ms); N1
+//     counts the hits in window At (cur) and N2 those in window At-1 (prev).
+//   - (fixed_window: At the window index, N1 the count.)
+//   - (token_bucket, GCRA: At the theoretical arrival time.)
+//   - (concurrency: N1 the requests in flight, At the last acquire.)
+//
+// An algorithm whose state does not fit (sub-window counts, a sliding log's
+// times) adds a field for it. Shared code never compares States and Evaluate
+// never changes a State it is given, so a slice field works: its algorithm
+// returns a new slice whenever the state changes. The fields are plain words,
+// not an array: Go passes a struct holding an array in memory, not in
+// registers, which made every step of Evaluate several times slower.
+//
+// The Lua script holds the same state as (at, n1, n2).
+type State struct {
+	// At places the state in time: a window index or a Unix ms time.
+	At int64
+	// N1 and N2 are the algorithm's counts, in hits.
+	N1, N2 uint64
+}
+
+// MaxCount caps a stored count. Counts saturate there so that the Lua twin,
+// whose numbers are IEEE doubles, holds every count exactly and both
+// implementations compute the same results.
+const MaxCount = 1 << 52
+
+// String returns the algorithm's config spelling ("sliding_window"), or
+// "algorithm(N)" for a number that names none.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithms) {
+		return algorithms[a].name
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm returns the Algorithm whose config spelling
+// (rate_limit.algorithm) is s, and false when there is none. The empty
+// string is not a spelling: callers map an unset field to the zero value.
+func ParseAlgorithm(s string) (Algorithm, bool) {
+	for i := range algorithms {
+		if algorithms[i].name == s {
+			return Algorithm(i), true
+		}
+	}
+	return 0, false
+}
+
+// Algorithms returns every Algorithm, in order, for messages that list the
+// valid spellings. The slice is the caller's.
+func Algorithms() []Algorithm {
+	all := make([]Algorithm, len(algorithms))
+	for i := range all {
+		all[i] = Algorithm(i)
+	}
+	return all
+}
+
+// valid reports whether a names a registered algorithm.
+func (a Algorithm) valid() bool { return int(a) < len(algorithms) }
+
+// grow returns s resliced to n elements, all zero, reallocating only when
+// its capacity is too small.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}

@@ -1,0 +1,112 @@
+package limiter_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+func TestAlgorithmNames(t *testing.T) {
+	all := limiter.Algorithms()
+	if len(all) != 1 || all[0] != limiter.SlidingWindow {
+		t.Fatalf("Algorithms() = %v, want [sliding_window]", all)
+	}
+	for _, a := range all {
+		got, ok := limiter.ParseAlgorithm(a.String())
+		if !ok || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v, want %v", a.String(), got, ok, a)
+		}
+	}
+	if got := limiter.SlidingWindow.String(); got != "sliding_window" {
+		t.Errorf("SlidingWindow.String() = %q", got)
+	}
+	if got := limiter.Algorithm(200).String(); got != "algorithm(200)" {
+		t.Errorf("Algorithm(200).String() = %q, want algorithm(200)", got)
+	}
+	for _, s := range []string{"", "Sliding_Window", "token_bucket", "algorithm(0)"} {
+		if a, ok := limiter.ParseAlgorithm(s); ok {
+			t.Errorf("ParseAlgorithm(%q) = %v, true; want false", s, a)
+		}
+	}
+}
+
+func TestLimitValidate(t *testing.T) {
+	for _, tc := range []struct {
+		l     limiter.Limit
+		field string // "" means valid
+	}{
+		{limiter.Limit{Requests: 0, Window: time.Millisecond}, ""},
+		{limiter.Limit{Requests: 10, Window: time.Minute, Algorithm: limiter.SlidingWindow}, ""},
+		{limiter.Limit{}, "window"},
+		{limiter.Limit{Requests: 1, Window: -time.Second}, "window"},
+		{limiter.Limit{Requests: 1, Window: 1500 * time.Microsecond}, "window"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: 1}, "algorithm"},
+		{limiter.Limit{Requests: 1, Algorithm: 200}, "algorithm"},
+	} {
+		err := tc.l.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%+v.Validate() = %v, want nil", tc.l, err)
+		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field+": ")):
+			t.Errorf("%+v.Validate() = %v, want an error naming %s", tc.l, err, tc.field)
+		}
+	}
+}
+
+func TestLimitCapacity(t *testing.T) {
+	if got := (limiter.Limit{Requests: 7, Window: time.Second}).Capacity(); got != 7 {
+		t.Errorf("sliding window Capacity() = %d, want Requests (7)", got)
+	}
+	if got := (limiter.Limit{Requests: 7, Window: time.Second, Algorithm: 200}).Capacity(); got != 0 {
+		t.Errorf("unknown algorithm Capacity() = %d, want 0", got)
+	}
+}
+
+func TestMarkOverLimit(t *testing.T) {
+	const (
+		E  = iota // enforced
+		S         // shadow
+		Q         // quota
+		R         // refund
+		QS        // quota and shadow: outside the group
+		QR        // quota and refund: outside the group
+	)
+	for _, tc := range []struct {
+		name    string
+		kinds   []int
+		allowed []bool
+		over    []bool
+		adm     bool
+	}{
+		{"no hits", nil, nil, nil, true},
+		{"enforced allowed", []int{E}, []bool{true}, []bool{false}, true},
+		{"enforced denied", []int{E, E}, []bool{true, false}, []bool{false, true}, false},
+		{"shadow never over", []int{S, E}, []bool{false, true}, []bool{false, false}, true},
+		{"refund never over", []int{R}, []bool{false}, []bool{false}, true},
+		{"one quota hit allowed admits the group", []int{Q, Q}, []bool{false, true}, []bool{false, false}, true},
+		{"every quota hit denied", []int{Q, Q, E}, []bool{false, false, true}, []bool{true, true, false}, false},
+		{"quota group admits, enforced denies", []int{Q, Q, E}, []bool{false, true, false}, []bool{false, false, true}, false},
+		{"a quota shadow hit is not in the group", []int{Q, QS}, []bool{false, true}, []bool{true, false}, false},
+		{"a quota refund is not in the group", []int{QR, Q}, []bool{true, false}, []bool{false, true}, false},
+		{"only quota shadow hits", []int{QS, QS}, []bool{false, false}, []bool{false, false}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits := make([]limiter.Hit, len(tc.kinds))
+			results := make([]limiter.Result, len(tc.kinds))
+			for i, k := range tc.kinds {
+				hits[i] = limiter.Hit{Shadow: k == S || k == QS, Quota: k == Q || k == QS || k == QR, Refund: k == R || k == QR}
+				results[i] = limiter.Result{Allowed: tc.allowed[i], OverLimit: !tc.over[i]} // stale on purpose
+			}
+			if adm := limiter.MarkOverLimit(hits, results); adm != tc.adm {
+				t.Errorf("MarkOverLimit admitted = %v, want %v", adm, tc.adm)
+			}
+			for i, r := range results {
+				if r.OverLimit != tc.over[i] || r.Allowed != tc.allowed[i] {
+					t.Errorf("result %d = %+v, want OverLimit %v and Allowed unchanged", i, r, tc.over[i])
+				}
+			}
+		})
+	}
+}

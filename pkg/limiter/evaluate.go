@@ -1,0 +1,160 @@
+package limiter
+
+import (
+	"fmt"
+	"time"
+)
+
+// Evaluate decides one request, the Go twin of the Redis Lua script
+// (pkg/redis): the in-memory Store calls it, and a differential test requires
+// the script to give the same answers. Each hit is decided by its Limit's
+// Algorithm; a request may mix algorithms and stays all or nothing.
+//
+// nowMs is the clock in Unix milliseconds. states[i] is the stored State of
+// hits[i]'s counter (hits with the same identity must be given the same
+// State). Evaluate returns one Result per hit (OverLimit set as MarkOverLimit
+// sets it), the State to store for each hit's counter, and whether the
+// request is admitted. Only an admitted request changes a counter: each
+// counter grows by the largest Hits among its non-refund hits and shrinks by
+// the largest among its refunds, never below empty, saturating at MaxCount.
+// Every hit is decided with the growth its counter takes (that largest Hits),
+// each against its own Limit; a hit with more Hits than its Limit's Capacity
+// is never Allowed (ExceedsLimit, RetryAfter one Window).
+//
+// The arithmetic is done in float64 in the same order as the Lua script, so
+// both agree bit for bit; see sliding.go for where it is exact.
+//
+// Evaluate returns an error, and no Results, when len(states) != len(hits)
+// or a hit's Limit does not Validate. It never changes hits or states; it
+// neither keeps nor shares state and so is safe for concurrent use.
+func Evaluate(nowMs int64, hits []Hit, states []State) (results []Result, next []State, admitted bool, err error) {
+	if len(states) != len(hits) {
+		return nil, nil, false, fmt.Errorf("limiter: evaluate %d hits with %d states, want one per hit", len(hits), len(states))
+	}
+	for i := range hits {
+		if err := hits[i].Limit.Validate(); err != nil {
+			return nil, nil, false, fmt.Errorf("limiter: evaluate hit %d of %d: %w", i, len(hits), err)
+		}
+	}
+	results = make([]Result, len(hits))
+	next = make([]State, len(hits))
+	var sc evalScratch
+	admitted = evaluate(nowMs, hits, states, results, next, &sc)
+	return results, next, admitted, nil
+}
+
+// evalScratch holds the per-call working memory of evaluate, so that a Store
+// can reuse it across calls instead of allocating it on every request.
+type evalScratch struct {
+	leader []int
+	growth []uint64 // inc, then dec: one allocation for both
+}
+
+// evaluate is Evaluate writing into results and next (both len(hits)) and
+// using sc for its working memory. Every Limit must already Validate.
+func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []State, sc *evalScratch) (admitted bool) {
+	leader, inc, dec := growth(hits, sc)
+
+	// Roll every counter to now and decide each hit with the growth its
+	// counter will really take, so that a hit with fewer Hits (or a shadow
+	// hit with more) cannot let its limit be passed.
+	for i, h := range hits {
+		a := algorithms[h.Limit.Algorithm]
+		next[i] = a.roll(states[i], nowMs, h.Limit)
+		n := inc[leader[i]]
+		switch {
+		case h.Refund:
+			results[i] = Result{Allowed: true}
+		case n > a.capacity(h.Limit):
+			results[i] = Result{ExceedsLimit: true, RetryAfter: h.Limit.Window}
+		default:
+			ok, retry := a.decide(next[i], nowMs, h.Limit, n)
+			results[i] = Result{Allowed: ok, RetryAfter: msDuration(retry)}
+		}
+	}
+	admitted = MarkOverLimit(hits, results)
+
+	// Consume once per counter, on the state of its first hit, and give
+	// every hit of the counter the result.
+	if admitted {
+		for i, h := range hits {
+			if leader[i] == i {
+				next[i] = algorithms[h.Limit.Algorithm].consume(next[i], nowMs, h.Limit, inc[i], dec[i])
+			}
+		}
+		for i := range hits {
+			next[i] = next[leader[i]]
+		}
+	}
+
+	// Report from the state after the outcome.
+	for i, h := range hits {
+		rem, reset := algorithms[h.Limit.Algorithm].report(next[i], nowMs, h.Limit, results[i].Allowed)
+		results[i].Remaining, results[i].ResetAfter = rem, msDuration(reset)
+	}
+	return admitted
+}
+
+// growth maps each hit to the first hit on its counter (its leader) and
+// returns, indexed by leader, the largest Hits among the counter's
+// non-refund hits (inc) and among its refunds (dec). The slices are sc's.
+func growth(hits []Hit, sc *evalScratch) (leader []int, inc, dec []uint64) {
+	n := len(hits)
+	sc.leader = groupLeaders(hits, grow(sc.leader, n))
+	sc.growth = grow(sc.growth, 2*n)
+	leader, inc, dec = sc.leader, sc.growth[:n:n], sc.growth[n:]
+	for i, h := range hits {
+		l := leader[i]
+		if h.Refund {
+			dec[l] = max(dec[l], h.Hits)
+		} else {
+			inc[l] = max(inc[l], h.Hits)
+		}
+	}
+	return leader, inc, dec
+}
+
+// groupLeaders maps each hit to the first hit with the same counter identity,
+// writing into leader (len(hits)) and returning it.
+func groupLeaders(hits []Hit, leader []int) []int {
+	if len(hits) <= 16 {
+		for i := range hits {
+			h := &hits[i]
+			leader[i] = i
+			for j := range i {
+				// Field by field, the cheap ones first: comparing counterIDs
+				// costs a call per pair.
+				o := &hits[j]
+				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key {
+					leader[i] = j
+					break
+				}
+			}
+		}
+		return leader
+	}
+	first := make(map[counterID]int, len(hits))
+	for i, h := range hits {
+		id := idOf(h)
+		if j, ok := first[id]; ok {
+			leader[i] = j
+		} else {
+			first[id] = i
+			leader[i] = i
+		}
+	}
+	return leader
+}
+
+// counterID is the identity of one counter, as DESIGN.md section 3 fixes it.
+type counterID struct {
+	key    string
+	window time.Duration
+	alg    Algorithm
+}
+
+func idOf(h Hit) counterID {
+	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm}
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
