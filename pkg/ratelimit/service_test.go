@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
@@ -20,13 +20,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-// clock is a settable test clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 // epoch is an hour boundary, so windows start with the test.
 var epoch = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
@@ -77,7 +70,7 @@ func decide(t *testing.T, s *ratelimit.Service, ds ...ratelimit.Descriptor) rate
 // quota-denied request costs one call and consumes nothing, and repeating it
 // is answered by the over-limit cache without a store call.
 func TestQuotaDenialIsOneStoreCall(t *testing.T) {
-	clk := &clock{t: epoch}
+	clk := testclock.New(epoch)
 	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
 	cache := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
 	s := newService(t, cache)
@@ -111,7 +104,7 @@ func TestQuotaDenialIsOneStoreCall(t *testing.T) {
 // window), so raising it mid-window keeps what was counted (DESIGN.md
 // section 5), on memory and on Redis.
 func TestOverrideRaisedKeepsCount(t *testing.T) {
-	clk := &clock{t: epoch.Add(10 * time.Second)}
+	clk := testclock.New(epoch.Add(10 * time.Second))
 	addr := redistest.Addr(t)
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
 	stores := map[string]limiter.Store{
@@ -213,7 +206,7 @@ func TestDecideErrors(t *testing.T) {
 // RetryAfter on a denial, else the one with the least remaining; never a
 // shadow-mode limit.
 func TestBinding(t *testing.T) {
-	s := newService(t, limiter.NewMemoryStore(limiter.MemoryOptions{Now: (&clock{t: epoch}).Now}))
+	s := newService(t, limiter.NewMemoryStore(limiter.MemoryOptions{Now: testclock.New(epoch).Now}))
 	key := ratelimit.Descriptor{Entries: entries("api_key", "a")}
 	search := ratelimit.Descriptor{Entries: entries("api_key", "a", "route", "search")}
 	shadow := ratelimit.Descriptor{Entries: entries("shadow", "s")}

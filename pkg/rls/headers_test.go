@@ -65,7 +65,7 @@ func TestHeadersGolden(t *testing.T) {
 			for _, w := range tc.warmup {
 				call(t, s, w)
 			}
-			clk.Add(tc.advance)
+			clk.Advance(tc.advance)
 			got := renderHeaders(call(t, s, tc.req))
 			golden := filepath.Join("testdata", "headers", tc.name+".golden")
 			if *update {

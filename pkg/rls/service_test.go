@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +16,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
-// clock is a settable test clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // epoch is a minute boundary, so windows start with the test.
 var epoch = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
@@ -41,13 +29,13 @@ var epoch = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
 // newTestService returns a Service on a ratelimit.Service with the config of
 // testdata/test.yaml, on an in-memory store with a test clock unless core
 // sets a Store.
-func newTestService(t testing.TB, o Options, core ...ratelimit.Options) (*Service, *clock) {
+func newTestService(t testing.TB, o Options, core ...ratelimit.Options) (*Service, *testclock.Clock) {
 	t.Helper()
 	cfg, err := descriptors.Load("testdata/test.yaml")
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	clk := &clock{t: epoch}
+	clk := testclock.New(epoch)
 	var co ratelimit.Options
 	if len(core) > 0 {
 		co = core[0]
@@ -126,10 +114,10 @@ type step struct {
 	want    string
 }
 
-func runSteps(t *testing.T, s *Service, clk *clock, steps []step) {
+func runSteps(t *testing.T, s *Service, clk *testclock.Clock, steps []step) {
 	t.Helper()
 	for i, st := range steps {
-		clk.Add(st.advance)
+		clk.Advance(st.advance)
 		if got := brief(call(t, s, st.req)); got != st.want {
 			t.Fatalf("step %d: got %s, want %s", i, got, st.want)
 		}
@@ -288,7 +276,7 @@ func TestLimitOverride(t *testing.T) {
 
 func TestStatusFields(t *testing.T) {
 	s, clk := newTestService(t, Options{})
-	clk.Add(15 * time.Second)
+	clk.Advance(15 * time.Second)
 	resp := call(t, s, request(desc("api_key", "a", "route", "search"), desc("nothing", "x")))
 	st := resp.GetStatuses()[0]
 	cl := st.GetCurrentLimit()
