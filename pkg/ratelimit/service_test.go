@@ -20,7 +20,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-
 // epoch is an hour boundary, so windows start with the test.
 var epoch = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
 

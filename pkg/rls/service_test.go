@@ -22,7 +22,6 @@ import (
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
-
 // epoch is a minute boundary, so windows start with the test.
 var epoch = time.Unix(1_800_000_000-1_800_000_000%3600, 0)
 
