@@ -18,6 +18,12 @@ type Request struct {
 	// HitsAddend is RateLimitRequest.hits_addend: the hits of every
 	// descriptor that sets none. 0 means 1.
 	HitsAddend uint64
+	// StatusBuffer is optional memory for Decision.Statuses: when its
+	// capacity is at least len(Descriptors), Decide clears and uses it
+	// instead of allocating, and the Decision's Statuses alias it. A front
+	// end that pools its requests passes the buffer of its pool, and must not
+	// reuse it while it still reads the Decision.
+	StatusBuffer []Status
 }
 
 // Descriptor is one request descriptor (RateLimitDescriptor).

@@ -138,7 +138,13 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	if cfg == nil {
 		return Decision{}, s.failed(req.Domain, ErrNoConfig)
 	}
-	d := Decision{Statuses: make([]Status, len(req.Descriptors)), Binding: -1, Config: cfg, Domain: cfg.Domain(req.Domain)}
+	d := Decision{Statuses: req.StatusBuffer, Binding: -1, Config: cfg, Domain: cfg.Domain(req.Domain)}
+	if n := len(req.Descriptors); cap(d.Statuses) >= n {
+		d.Statuses = d.Statuses[:n]
+		clear(d.Statuses)
+	} else {
+		d.Statuses = make([]Status, n)
+	}
 	if d.Domain == nil {
 		// Not an error (envoyproxy/ratelimit answers OK too), but a domain
 		// misspelt in Envoy's config would otherwise never show.

@@ -16,6 +16,7 @@ type converter struct {
 	descs     []ratelimit.Descriptor
 	entries   []descriptors.Entry
 	overrides []ratelimit.Override
+	statuses  []ratelimit.Status // the Decision's statuses (Request.StatusBuffer)
 }
 
 // convert fills r from a validated RateLimitRequest and returns it. The
@@ -53,14 +54,16 @@ func (r *converter) convert(in *rlsv3.RateLimitRequest) *ratelimit.Request {
 			rd.Override = &r.overrides[len(r.overrides)-1]
 		}
 	}
-	r.req = ratelimit.Request{Domain: in.GetDomain(), Descriptors: r.descs, HitsAddend: uint64(in.GetHitsAddend())}
+	r.statuses = slices.Grow(r.statuses[:0], len(ds))
+	r.req = ratelimit.Request{Domain: in.GetDomain(), Descriptors: r.descs, HitsAddend: uint64(in.GetHitsAddend()), StatusBuffer: r.statuses}
 	return &r.req
 }
 
-// reset drops r's references to the request's strings, so that the pool
-// does not keep them alive.
+// reset drops r's references to the request's strings and the decision's
+// statuses, so that the pool does not keep them alive.
 func (r *converter) reset() {
 	clear(r.entries)
 	clear(r.descs)
+	clear(r.statuses[:cap(r.statuses)])
 	r.req = ratelimit.Request{}
 }

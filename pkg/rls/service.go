@@ -128,8 +128,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	r := s.scratch.Get().(*converter)
 	defer s.scratch.Put(r)
+	defer r.reset() // after the response is built: the Decision's statuses are r's
 	d, err := s.opts.Decider.Decide(ctx, r.convert(req))
-	r.reset()
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -208,14 +208,10 @@ func validateOverride(o *rlcommon.RateLimitDescriptor_RateLimitOverride) error {
 
 // response renders d as Envoy's RateLimitResponse.
 func (s *Service) response(d *ratelimit.Decision) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: code(d.Code),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(d.Statuses)),
-	}
-	block := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(d.Statuses)) // one allocation for all statuses
+	resp := newResponse(len(d.Statuses))
+	resp.OverallCode = code(d.Code)
 	for i := range d.Statuses {
-		st, ps := &d.Statuses[i], &block[i]
-		resp.Statuses[i] = ps
+		st, ps := &d.Statuses[i], resp.Statuses[i]
 		ps.Code = code(st.Code)
 		if !st.Counted() {
 			continue
@@ -229,6 +225,31 @@ func (s *Service) response(d *ratelimit.Decision) *rlsv3.RateLimitResponse {
 	s.addHeaders(resp, d)
 	if s.opts.DynamicMetadata && d.Code == ratelimit.OK {
 		resp.DynamicMetadata = dynamicMetadata(d.Metadata())
+	}
+	return resp
+}
+
+// oneStatus is a response with one status, in one allocation: most calls
+// carry a single descriptor.
+type oneStatus struct {
+	resp rlsv3.RateLimitResponse
+	ptr  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	st   rlsv3.RateLimitResponse_DescriptorStatus
+}
+
+// newResponse returns an empty response with n empty statuses, in as few
+// allocations as it can: one for n = 1, else three.
+func newResponse(n int) *rlsv3.RateLimitResponse {
+	if n == 1 {
+		b := new(oneStatus)
+		b.ptr[0] = &b.st
+		b.resp.Statuses = b.ptr[:]
+		return &b.resp
+	}
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	block := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range block {
+		resp.Statuses[i] = &block[i]
 	}
 	return resp
 }
