@@ -71,8 +71,10 @@ func TestRuleLabel(t *testing.T) {
 		entries []string
 		want    string
 	}{
-		{[]string{"api_key", "secret"}, "api_key"},
-		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search"},
+		// A named limit is labelled by its name, an unnamed one by its key
+		// path; detailed_metric and value_to_metric ask for values and win.
+		{[]string{"api_key", "secret"}, "per_key"},
+		{[]string{"api_key", "secret", "route", "search"}, "search"},
 		{[]string{"files", "files/a"}, "files_files/*"},
 		{[]string{"detailed", "x"}, "detailed_x"},
 		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op"},

@@ -14,12 +14,13 @@ import (
 const DefaultNearLimitRatio = 0.8
 
 // Metrics are the Prometheus metrics of decisions, whatever front end asked
-// for them. Rate-limit counters are labelled by domain and rule (the rule's
-// FullKey without the domain), never by a raw descriptor value, unless the
-// rule sets detailed_metric (the request's entries, values included) or an
-// entry's node sets value_to_metric (that entry's value). All hit counters
-// count hits (hits_addend), not calls. Metrics is safe for concurrent use; a
-// nil *Metrics records nothing.
+// for them. Rate-limit counters are labelled by domain and rule: the rule's
+// rate_limit.name when it has one, else its FullKey without the domain; never
+// by a raw descriptor value, unless the rule sets detailed_metric (the
+// request's entries, values included) or an entry's node sets value_to_metric
+// (that entry's value), which ask for the values and so win over the name.
+// All hit counters count hits (hits_addend), not calls. Metrics is safe for
+// concurrent use; a nil *Metrics records nothing.
 type Metrics struct {
 	nearRatio float64
 
@@ -71,8 +72,9 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 }
 
 // ruleLabel is the rule label of a counted descriptor: the rule's FullKey
-// without the domain, with values put back where detailed_metric or
-// value_to_metric ask for them; an override's name when no rule matched.
+// without the domain with values put back where detailed_metric or
+// value_to_metric ask for them; else the rule's rate_limit.name, else its
+// FullKey without the domain; an override's name when no rule matched.
 func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 	if st.Rule == nil {
 		return st.Name // a limit override: its name says its rate
@@ -82,6 +84,9 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 		valued = valued || n.ValueToMetric
 	}
 	if !detailed && !valued {
+		if st.Rule.Limit != nil && st.Rule.Limit.Name != "" {
+			return st.Rule.Limit.Name
+		}
 		return strings.TrimPrefix(st.Rule.FullKey, domain+".")
 	}
 	var b strings.Builder
