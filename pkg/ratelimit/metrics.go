@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -71,10 +72,21 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 	return m, nil
 }
 
-// ruleLabel is the rule label of a counted descriptor: the rule's FullKey
-// without the domain with values put back where detailed_metric or
-// value_to_metric ask for them; else the rule's rate_limit.name, else its
-// FullKey without the domain; an override's name when no rule matched.
+// metricRule is the rule label of Sluice's own metrics: the rule's
+// rate_limit.name when it has one and neither detailed_metric nor
+// value_to_metric asks for the values, else ruleLabel.
+func metricRule(domain string, st *Status, entries []descriptors.Entry) string {
+	if r := st.Rule; r != nil && r.Limit != nil && r.Limit.Name != "" && !r.DetailedMetric &&
+		!slices.ContainsFunc(r.Lineage, func(n *descriptors.Rule) bool { return n.ValueToMetric }) {
+		return r.Limit.Name
+	}
+	return ruleLabel(domain, st, entries)
+}
+
+// ruleLabel is the key path of a counted descriptor's rule, as
+// envoyproxy/ratelimit names it in stats: the rule's FullKey without the
+// domain, with values put back where detailed_metric or value_to_metric ask
+// for them; an override's name when no rule matched.
 func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 	if st.Rule == nil {
 		return st.Name // a limit override: its name says its rate
@@ -84,9 +96,6 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 		valued = valued || n.ValueToMetric
 	}
 	if !detailed && !valued {
-		if st.Rule.Limit != nil && st.Rule.Limit.Name != "" {
-			return st.Rule.Limit.Name
-		}
 		return strings.TrimPrefix(st.Rule.FullKey, domain+".")
 	}
 	var b strings.Builder
@@ -115,7 +124,7 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 	if m == nil {
 		return
 	}
-	m.observe(dom.Name, ruleLabel(dom.Name, st, entries), st.Hits, st.Result.Allowed, st.Shadow, st.Result.Remaining, uint64(st.Limit.RequestsPerUnit))
+	m.observe(dom.Name, metricRule(dom.Name, st, entries), st.Hits, st.Result.Allowed, st.Shadow, st.Result.Remaining, uint64(st.Limit.RequestsPerUnit))
 }
 
 // observe records one counted descriptor's outcome.
