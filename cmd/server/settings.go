@@ -119,7 +119,7 @@ func (s *settings) table() []setting {
 		{"grpc-client-auth", "with --grpc-client-ca: require a client certificate (require), or verify one only when sent (if-given)", "require", &s.GRPCClientAuth},
 		{"grpc-client-san", "with --grpc-client-ca: a DNS name the client certificate must hold", "", &s.GRPCClientSAN},
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
-		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json)", ":8080", &s.HTTPAddr},
+		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
 		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},

@@ -37,8 +37,9 @@ type tracingSettings struct {
 	TracingServiceInstanceID string
 	TracingSamplingRate      string
 
-	// tracerProvider, when set (tests only), replaces the OTLP exporter.
-	tracerProvider *sdktrace.TracerProvider
+	// exporter, when set (tests only), replaces the OTLP exporter and
+	// exports every span as it ends.
+	exporter sdktrace.SpanExporter
 }
 
 // applyOtelFallbacks applies the OpenTelemetry variables that
@@ -149,18 +150,19 @@ func newTracing(ctx context.Context, s *tracingSettings) (*tracing, error) {
 	if !s.TracingEnabled {
 		return nil, nil
 	}
-	if s.tracerProvider != nil {
-		return &tracing{tp: s.tracerProvider, prop: propagators(), close: s.tracerProvider.Shutdown}, nil
-	}
-	var exp sdktrace.SpanExporter
-	var err error
-	if s.TracingExporterProtocol == "grpc" {
-		exp, err = otlptracegrpc.New(ctx)
-	} else {
-		exp, err = otlptracehttp.New(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tracing: otlp %s exporter: %w", s.TracingExporterProtocol, err)
+	export := sdktrace.WithSyncer(s.exporter)
+	if s.exporter == nil {
+		var exp sdktrace.SpanExporter
+		var err error
+		if s.TracingExporterProtocol == "grpc" {
+			exp, err = otlptracegrpc.New(ctx)
+		} else {
+			exp, err = otlptracehttp.New(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tracing: otlp %s exporter: %w", s.TracingExporterProtocol, err)
+		}
+		export = sdktrace.WithBatcher(exp)
 	}
 	id := s.TracingServiceInstanceID
 	if id == "" {
@@ -175,7 +177,7 @@ func newTracing(ctx context.Context, s *tracingSettings) (*tracing, error) {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
 	rate, _ := strconv.ParseFloat(s.TracingSamplingRate, 64)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+	tp := sdktrace.NewTracerProvider(export, sdktrace.WithResource(res),
 		// Envoy's sampling decision, when it sent one, wins.
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(rate))))
 	return &tracing{tp: tp, prop: propagators(), close: tp.Shutdown}, nil

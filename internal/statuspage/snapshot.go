@@ -79,7 +79,10 @@ type valueView struct {
 	Value string `json:"value"`
 	Hits  uint64 `json:"hits"`
 	Over  uint64 `json:"over"`
-	// MaxError bounds how much Hits may overcount (space-saving).
+	// Hits is a lower bound of the value's hits in the summary's span:
+	// exact unless the value took the place of another (space-saving), and
+	// then at most MaxError below the truth.
+	// MaxError is the count the value inherited when it took that place.
 	MaxError uint64 `json:"max_error,omitempty"`
 }
 
@@ -145,7 +148,7 @@ func (rs *ruleStats) view(sec int64, n int) ruleView {
 	if rs.cur != nil {
 		rs.rotate(sec)
 		for _, it := range merge(n, rs.cur, rs.prev) {
-			v.Top = append(v.Top, valueView{Value: strings.ToValidUTF8(it.key, "\uFFFD"), Hits: it.count, Over: it.over, MaxError: it.err})
+			v.Top = append(v.Top, valueView{Value: strings.ToValidUTF8(it.key, "\uFFFD"), Hits: it.count - it.err, Over: it.over, MaxError: it.err})
 		}
 	}
 	return v

@@ -10,12 +10,14 @@ import (
 // most size counters, whatever the number of distinct keys. A key not
 // tracked replaces the counter with the least count and inherits that count
 // as its possible overestimate (err), so every key whose true count exceeds
-// total/size is tracked, and each count is at most err too high. It is not
-// safe for concurrent use; Recorder guards it.
+// total/size is tracked, and each count is at most err too high. The
+// counters form a min-heap on count, so both an increment and a
+// replacement cost O(log size). It is not safe for concurrent use; Recorder
+// guards it.
 type topK struct {
 	size  int
 	index map[string]int // key -> position in items
-	items []topItem
+	items []topItem      // a min-heap on count
 }
 
 // topItem is one tracked key: count hits, of which over were over limit;
@@ -36,25 +38,55 @@ func (t *topK) add(key []byte, hits, over uint64) {
 	if i, ok := t.index[string(key)]; ok {
 		t.items[i].count += hits
 		t.items[i].over += over
+		t.down(i)
 		return
 	}
-	if len(t.items) < t.size {
-		k := string(key)
-		t.index[k] = len(t.items)
-		t.items = append(t.items, topItem{key: k, count: hits, over: over})
-		return
-	}
-	m := 0
-	for i := range t.items {
-		if t.items[i].count < t.items[m].count {
-			m = i
-		}
-	}
-	old := t.items[m]
-	delete(t.index, old.key)
 	k := string(key)
-	t.index[k] = m
-	t.items[m] = topItem{key: k, count: old.count + hits, err: old.count, over: over}
+	if len(t.items) < t.size {
+		t.items = append(t.items, topItem{key: k, count: hits, over: over})
+		t.index[k] = len(t.items) - 1
+		t.up(len(t.items) - 1)
+		return
+	}
+	old := t.items[0] // the least count
+	delete(t.index, old.key)
+	t.items[0] = topItem{key: k, count: old.count + hits, err: old.count, over: over}
+	t.index[k] = 0
+	t.down(0)
+}
+
+// up and down restore the heap after items[i]'s count fell or rose.
+func (t *topK) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if t.items[p].count <= t.items[i].count {
+			return
+		}
+		t.swap(i, p)
+		i = p
+	}
+}
+
+func (t *topK) down(i int) {
+	for {
+		l, m := 2*i+1, i
+		if l < len(t.items) && t.items[l].count < t.items[m].count {
+			m = l
+		}
+		if r := l + 1; r < len(t.items) && t.items[r].count < t.items[m].count {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		t.swap(i, m)
+		i = m
+	}
+}
+
+func (t *topK) swap(i, j int) {
+	t.items[i], t.items[j] = t.items[j], t.items[i]
+	t.index[t.items[i].key], t.index[t.items[j].key] = i, j
 }
 
 // reset empties t, keeping its memory.
@@ -64,7 +96,10 @@ func (t *topK) reset() {
 }
 
 // merge returns the keys of every summary with their counts summed, the
-// largest count first (ties by key), at most n of them.
+// largest guaranteed count (count - err) first, ties by key, at most n of
+// them. Ranking by the guaranteed count keeps a value that just took the
+// place of an evicted one (count high, all of it inherited) below the values
+// really seen most.
 func merge(n int, sums ...*topK) []topItem {
 	pos := map[string]int{}
 	var out []topItem
@@ -81,8 +116,8 @@ func merge(n int, sums ...*topK) []topItem {
 		}
 	}
 	slices.SortFunc(out, func(a, b topItem) int {
-		if a.count != b.count {
-			if a.count > b.count {
+		if ga, gb := a.count-a.err, b.count-b.err; ga != gb {
+			if ga > gb {
 				return -1
 			}
 			return 1
