@@ -116,8 +116,11 @@ func TestRatesSharesAndTopValues(t *testing.T) {
 	if got.Limit != "100 / minute" || got.Algorithm != "sliding_window" {
 		t.Errorf("limit %q %q", got.Limit, got.Algorithm)
 	}
-	if len(got.Decisions) != seriesSeconds || got.Decisions[seriesSeconds-2] != 20 || got.Over[seriesSeconds-2] != 6 || got.Decisions[seriesSeconds-1] != 0 {
-		t.Errorf("series ends %v / %v, want ..., 20, 0 / ..., 6, 0", got.Decisions[seriesSeconds-3:], got.Over[seriesSeconds-3:])
+	// The series ends with the last complete second: 10 seconds of 20
+	// decisions (6 over limit) after nothing.
+	if len(got.Decisions) != seriesSeconds || got.Decisions[seriesSeconds-1] != 20 || got.Over[seriesSeconds-1] != 6 ||
+		got.Decisions[seriesSeconds-10] != 20 || got.Decisions[seriesSeconds-11] != 0 {
+		t.Errorf("series ends %v / %v, want 0, then 20 x 10 / 0, then 6 x 10", got.Decisions[seriesSeconds-12:], got.Over[seriesSeconds-12:])
 	}
 	want := []valueView{{Value: "api_key=a", Hits: 100}, {Value: "api_key=b", Hits: 60, Over: 60}}
 	if fmt.Sprint(got.Top) != fmt.Sprint(want) {
@@ -174,9 +177,12 @@ func TestSensitiveAndOff(t *testing.T) {
 		{"off", Options{TopValues: -1}, map[string]bool{"per_card": false, "per_api_key": false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+			tc.opts.Now = clk.Now
 			r := NewRecorder(tc.opts)
 			observe(t, r, cfg, 1, true, 1, "card", "4111111111111111")
 			observe(t, r, cfg, 1, true, 1, "api_key", "k")
+			clk.Add(time.Second)
 			v := r.view(context.Background(), Sources{})
 			for rule, recorded := range tc.want {
 				got := find(t, v, rule)

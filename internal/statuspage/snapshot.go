@@ -11,7 +11,8 @@ import (
 )
 
 // seriesSeconds is the length of each live chart, rateSeconds the span of
-// every rate and share (the last complete seconds).
+// every rate and share: the last complete seconds (the current second is
+// still filling up).
 const (
 	seriesSeconds = 60
 	rateSeconds   = 10
@@ -130,13 +131,13 @@ func (rs *ruleStats) view(sec int64, n int) ruleView {
 	}
 	var decisions, hits, over, near uint64
 	for i := range seriesSeconds {
-		s := sec - seriesSeconds + 1 + int64(i)
+		s := sec - seriesSeconds + int64(i) // complete seconds only
 		b := &rs.ring[s%ringSeconds]
 		if b.sec != s {
 			continue
 		}
 		v.Decisions[i], v.Over[i] = b.decisions, b.over
-		if s < sec && s >= sec-rateSeconds {
+		if s >= sec-rateSeconds {
 			decisions, hits, over, near = decisions+b.decisions, hits+b.hits, over+b.over, near+b.near
 		}
 	}
@@ -162,13 +163,13 @@ func (s *storeStats) view(sec int64) storeView {
 	hist := make([]uint64, len(latencyBounds)+1)
 	var calls, errs uint64
 	for i := range seriesSeconds {
-		t := sec - seriesSeconds + 1 + int64(i)
+		t := sec - seriesSeconds + int64(i) // complete seconds only
 		b := &s.ring[t%ringSeconds]
 		if b.sec != t {
 			continue
 		}
 		v.Calls[i], v.Errors[i] = b.calls, b.errors
-		if t < sec && t >= sec-rateSeconds {
+		if t >= sec-rateSeconds {
 			calls, errs = calls+b.calls, errs+b.errors
 			for j, n := range b.latency {
 				hist[j] += uint64(n)
