@@ -221,9 +221,13 @@ func TestTracingSettings(t *testing.T) {
 func TestConfigShowsRules(t *testing.T) {
 	srv, _, _ := startServer(t)
 	var out struct {
-		Rules []configView `json:"rules"`
+		Version string       `json:"version"`
+		Rules   []configView `json:"rules"`
 	}
 	getJSON(t, "http://"+srv.httpLn.Addr().String()+"/config", &out)
+	if len(out.Version) != 12 || out.Version != configVersion(srv.core.Config()) {
+		t.Errorf("/config version = %q, want the 12 hex digits of configVersion", out.Version)
+	}
 	if len(out.Rules) != 1 || out.Rules[0].Domain != "edge" || out.Rules[0].File != "../../config/edge.yaml" {
 		t.Fatalf("/config rules = %+v", out.Rules)
 	}
@@ -285,7 +289,7 @@ func TestStatusPageAPI(t *testing.T) {
 			break
 		}
 	}
-	if v.Store.Kind != "memory" || !v.Store.Healthy || v.Config.Source != "files: ../../config/edge.yaml" || len(v.Config.Version) != 12 {
+	if v.Store.Kind != "memory" || !v.Store.Healthy || v.Config.Source != "file: ../../config" || len(v.Config.Version) != 12 {
 		t.Errorf("store %+v, config %+v", v.Store, v.Config)
 	}
 	if got := sum(v.Store.Calls); got != 50 {
