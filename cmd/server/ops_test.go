@@ -99,8 +99,26 @@ func TestTracing(t *testing.T) {
 		t.Fatalf("11th search: %v %v, want OVER_LIMIT", resp, err)
 	}
 
-	// The server span ends after the answer is sent: wait for it.
-	var spans, servers, stores tracetest.SpanStubs
+	servers, stores := waitSpans(t, exp, 2)
+	for i, want := range []map[string]string{
+		{"ratelimit.domain": "edge", "ratelimit.descriptors": "2", "ratelimit.overall_code": "OK", "ratelimit.limit_names": `["per_api_key","search_per_api_key"]`},
+		{"ratelimit.domain": "edge", "ratelimit.descriptors": "1", "ratelimit.overall_code": "OVER_LIMIT", "ratelimit.limit_names": `["search_per_api_key"]`,
+			"ratelimit.over_limit_names": `["search_per_api_key"]`},
+	} {
+		s := servers[i]
+		if s.Parent.TraceID().String() != traceID || s.Parent.SpanID().String() != parentID || !s.Parent.IsRemote() {
+			t.Errorf("server span %d: parent %v, want remote %s/%s from the call's metadata", i, s.Parent, traceID, parentID)
+		}
+		checkSpans(t, i, s, stores[i], traceID, want)
+	}
+}
+
+// waitSpans waits for n server spans (each ends after its answer is sent)
+// and returns the server and store spans; it fails unless there are
+// exactly n of each.
+func waitSpans(t *testing.T, exp *tracetest.InMemoryExporter, n int) (servers, stores tracetest.SpanStubs) {
+	t.Helper()
+	var spans tracetest.SpanStubs
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		spans, servers, stores = exp.GetSpans(), nil, nil
 		for _, s := range spans {
@@ -111,45 +129,41 @@ func TestTracing(t *testing.T) {
 				stores = append(stores, s)
 			}
 		}
-		if len(servers) >= 2 || time.Now().After(deadline) {
+		if len(servers) >= n || time.Now().After(deadline) {
 			break
 		}
 	}
-	if len(servers) != 2 || len(stores) != 2 {
-		t.Fatalf("%d server and %d store spans, want 2 and 2 (the unsampled calls make none): %v", len(servers), len(stores), spanNames(spans))
+	if len(servers) != n || len(stores) != n {
+		t.Fatalf("%d server and %d store spans, want %d and %d (unsampled calls make none): %v", len(servers), len(stores), n, n, spanNames(spans))
 	}
-	for i, want := range []map[string]string{
-		{"ratelimit.domain": "edge", "ratelimit.descriptors": "2", "ratelimit.overall_code": "OK", "ratelimit.limit_names": `["per_api_key","search_per_api_key"]`},
-		{"ratelimit.domain": "edge", "ratelimit.descriptors": "1", "ratelimit.overall_code": "OVER_LIMIT", "ratelimit.limit_names": `["search_per_api_key"]`,
-			"ratelimit.over_limit_names": `["search_per_api_key"]`},
-	} {
-		s := servers[i]
-		if s.Parent.TraceID().String() != traceID || s.Parent.SpanID().String() != parentID || !s.Parent.IsRemote() {
-			t.Errorf("server span %d: parent %v, want remote %s/%s from the call's metadata", i, s.Parent, traceID, parentID)
+	return servers, stores
+}
+
+// checkSpans checks server span i's attributes and resource, and that st
+// is its child.
+func checkSpans(t *testing.T, i int, s, st tracetest.SpanStub, traceID string, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, kv := range s.Attributes {
+		got[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("server span %d: %s = %q, want %q", i, k, got[k], v)
 		}
-		got := map[string]string{}
-		for _, kv := range s.Attributes {
-			got[string(kv.Key)] = kv.Value.Emit()
-		}
-		for k, v := range want {
-			if got[k] != v {
-				t.Errorf("server span %d: %s = %q, want %q", i, k, got[k], v)
-			}
-		}
-		st := stores[i]
-		if st.Parent.SpanID() != s.SpanContext.SpanID() || st.SpanContext.TraceID().String() != traceID {
-			t.Errorf("store span %d: parent %v, want the server span %v", i, st.Parent.SpanID(), s.SpanContext.SpanID())
-		}
-		if h := attr(st, "ratelimit.hits"); h != want["ratelimit.descriptors"] {
-			t.Errorf("store span %d: ratelimit.hits = %q, want %s", i, h, want["ratelimit.descriptors"])
-		}
-		res := map[string]string{}
-		for _, kv := range s.Resource.Attributes() {
-			res[string(kv.Key)] = kv.Value.Emit()
-		}
-		if res["service.name"] != "edge-ratelimit" || res["service.namespace"] != "gateway" || res["service.instance.id"] != "pod-7" {
-			t.Errorf("resource %v, want the TRACING_SERVICE_* values", res)
-		}
+	}
+	if st.Parent.SpanID() != s.SpanContext.SpanID() || st.SpanContext.TraceID().String() != traceID {
+		t.Errorf("store span %d: parent %v, want the server span %v", i, st.Parent.SpanID(), s.SpanContext.SpanID())
+	}
+	if h := attr(st, "ratelimit.hits"); h != want["ratelimit.descriptors"] {
+		t.Errorf("store span %d: ratelimit.hits = %q, want %s", i, h, want["ratelimit.descriptors"])
+	}
+	res := map[string]string{}
+	for _, kv := range s.Resource.Attributes() {
+		res[string(kv.Key)] = kv.Value.Emit()
+	}
+	if res["service.name"] != "edge-ratelimit" || res["service.namespace"] != "gateway" || res["service.instance.id"] != "pod-7" {
+		t.Errorf("resource %v, want the TRACING_SERVICE_* values", res)
 	}
 }
 
@@ -255,33 +269,7 @@ func TestStatusPageAPI(t *testing.T) {
 		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"remote_address", "198.51.100.7"}))
 		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "ui-test"}))
 	}
-	var v struct {
-		Store struct {
-			Kind    string   `json:"kind"`
-			Healthy bool     `json:"healthy"`
-			Calls   []uint64 `json:"calls"`
-		} `json:"store"`
-		Config struct {
-			Source, Version string
-		} `json:"config"`
-		Rules []struct {
-			Rule         string   `json:"rule"`
-			Limit        string   `json:"limit"`
-			Decisions    []uint64 `json:"decisions"`
-			Over         []uint64 `json:"over"`
-			ValuesHidden bool     `json:"values_hidden"`
-			Top          []struct {
-				Value      string
-				Hits, Over uint64
-			} `json:"top"`
-		} `json:"rules"`
-	}
-	sum := func(xs []uint64) (n uint64) {
-		for _, x := range xs {
-			n += x
-		}
-		return n
-	}
+	var v apiView
 	// The series hold complete seconds: wait for the calls' second to end.
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		getJSON(t, base+"/ui/api", &v)
@@ -312,6 +300,14 @@ func TestStatusPageAPI(t *testing.T) {
 	if !seen["search_per_api_key"] || !seen["reports_shared"] || !seen["beta_upload_trial"] {
 		t.Errorf("rules %v, want every limited rule of the config", seen)
 	}
+	checkAssets(t, base)
+}
+
+// checkAssets checks that the page and its assets are served from the
+// binary, under a policy that forbids fetching anything elsewhere, and name
+// no external URL.
+func checkAssets(t *testing.T, base string) {
+	t.Helper()
 	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -326,6 +322,36 @@ func TestStatusPageAPI(t *testing.T) {
 			t.Errorf("%s names an external URL", path)
 		}
 	}
+}
+
+// apiView is the part of /ui/api the tests read.
+type apiView struct {
+	Store struct {
+		Kind    string   `json:"kind"`
+		Healthy bool     `json:"healthy"`
+		Calls   []uint64 `json:"calls"`
+	} `json:"store"`
+	Config struct {
+		Source, Version string
+	} `json:"config"`
+	Rules []struct {
+		Rule         string   `json:"rule"`
+		Limit        string   `json:"limit"`
+		Decisions    []uint64 `json:"decisions"`
+		Over         []uint64 `json:"over"`
+		ValuesHidden bool     `json:"values_hidden"`
+		Top          []struct {
+			Value      string
+			Hits, Over uint64
+		} `json:"top"`
+	} `json:"rules"`
+}
+
+func sum(xs []uint64) (n uint64) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // TestStatusPageOff: --ui=false serves no page.

@@ -100,6 +100,19 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 	return v
 }
 
+// startLoadgen runs cmd/loadgen against target for at most 40 s: 300
+// requests/s on api_key values of a Zipf popularity, a fifth of them on 3
+// hot keys that cross per_api_key (100 a minute) within seconds.
+func startLoadgen(t *testing.T, target string) {
+	lg := exec.Command(loadgen(t), "-target", target, "-domain", "edge", "-entry-keys", "api_key", "-keys", "200",
+		"-skew", "zipf", "-rate", "300", "-concurrency", "8", "-over-share", "0.2", "-hot-keys", "3", "-hot-prefix", "hot-",
+		"-duration", "40s")
+	if err := lg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lg.Process.Kill(); lg.Wait() })
+}
+
 // cardText is the text of one field of a rule's card on the status page.
 func cardText(rule, field string) string {
 	return `[data-rule="` + rule + `"] [data-field="` + field + `"]`
@@ -115,15 +128,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	addr := redistest.Addr(t)
 	s := startSluice(t, "--config", "config", "--redis-url", "redis://"+addr+"/0", "--redis-prefix", redistest.Prefix(t.Name()),
 		"--store-timeout", "500ms")
-	// 300 requests/s on api_key values of a Zipf popularity, a fifth of them
-	// on 3 hot keys that cross per_api_key (100 a minute) within seconds.
-	lg := exec.Command(loadgen(t), "-target", s.GRPCAddr, "-domain", "edge", "-entry-keys", "api_key", "-keys", "200",
-		"-skew", "zipf", "-rate", "300", "-concurrency", "8", "-over-share", "0.2", "-hot-keys", "3", "-hot-prefix", "hot-",
-		"-duration", "40s")
-	if err := lg.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lg.Process.Kill(); lg.Wait() })
+	startLoadgen(t, s.GRPCAddr)
 
 	ctx := browser(t)
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
