@@ -253,10 +253,10 @@ func TestMemoryBoundUnderMillionValues(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	rs := r.rules[ruleKey{"edge", "per_api_key"}]
-	if n := len(rs.cur.items); n != 4*DefaultTopValues || len(rs.cur.index) != n {
+	if n := len(rs.cur.heap); n != 4*DefaultTopValues || len(rs.cur.index) != n {
 		t.Errorf("summary holds %d items (%d indexed), want %d", n, len(rs.cur.index), 4*DefaultTopValues)
 	}
-	for _, it := range rs.cur.items {
+	for _, it := range rs.cur.heap {
 		if len(it.key) > maxKeyBytes {
 			t.Errorf("key of %d bytes kept", len(it.key))
 		}
@@ -326,19 +326,62 @@ func TestStoreCallsAndLatency(t *testing.T) {
 	}
 }
 
-// BenchmarkObserve measures the cost the status page adds to every counted
-// descriptor, with values drawn from a million.
+// BenchmarkObserve measures what the status page adds to every counted
+// descriptor: "tracked" repeats a value the summary holds (the common case
+// under a hot key), "distinct" sends a new value every time, out of a
+// million (each one evicts the least counted).
 func BenchmarkObserve(b *testing.B) {
 	cfg := loadConfig(b)
-	r := NewRecorder(Options{})
-	keys := make([]string, 1<<20)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("client-%d", i)
+	dom := cfg.Domain("edge")
+	rule := cfg.Match("edge", []descriptors.Entry{{Key: "api_key", Value: "x"}})
+	st := ratelimit.Status{Rule: rule, Limit: rule.Limit, Name: "per_api_key", Hits: 1, Result: limiter.Result{Allowed: true, Remaining: 10}}
+	values := make([]string, 1<<20)
+	for i := range values {
+		values[i] = "client-" + strconv.Itoa(i)
 	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		observe(b, r, cfg, 1, true, 10, "api_key", keys[i&(1<<20-1)])
-		i++
+	for _, bc := range []struct {
+		name string
+		mask int
+	}{{"tracked", 7}, {"distinct", 1<<20 - 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := NewRecorder(Options{})
+			es := []descriptors.Entry{{Key: "api_key"}}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				es[0].Value = values[i&bc.mask]
+				r.ObserveDescriptor(dom, &st, es)
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkDecideWithPage compares one decision on the in-memory store
+// without and with the status page observing it (values from 1000 clients);
+// run with -count and compare medians: the machine is shared.
+func BenchmarkDecideWithPage(b *testing.B) {
+	cfg := loadConfig(b)
+	reqs := make([]ratelimit.Request, 1000)
+	for i := range reqs {
+		reqs[i] = ratelimit.Request{Domain: "edge", Descriptors: []ratelimit.Descriptor{{Entries: []descriptors.Entry{{Key: "api_key", Value: "client-" + strconv.Itoa(i)}}}}}
+	}
+	for _, bc := range []struct {
+		name string
+		obs  []ratelimit.Observer
+	}{{"off", nil}, {"on", []ratelimit.Observer{NewRecorder(Options{})}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			svc := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{}), Observers: bc.obs})
+			svc.SetConfig(cfg)
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := svc.Decide(ctx, &reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
 	}
 }

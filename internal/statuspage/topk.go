@@ -16,8 +16,8 @@ import (
 // guards it.
 type topK struct {
 	size  int
-	index map[string]int // key -> position in items
-	items []topItem      // a min-heap on count
+	index map[string]*topItem
+	heap  []*topItem // a min-heap on count; each item knows its position
 }
 
 // topItem is one tracked key: count hits, of which over were over limit;
@@ -26,40 +26,43 @@ type topItem struct {
 	key        string
 	count, err uint64
 	over       uint64
+	pos        int // in topK.heap
 }
 
 func newTopK(size int) *topK {
-	return &topK{size: size, index: make(map[string]int, size), items: make([]topItem, 0, size)}
+	return &topK{size: size, index: make(map[string]*topItem, size), heap: make([]*topItem, 0, size)}
 }
 
 // add counts hits (over of them over limit) for key. key may be a view of a
-// reused buffer: it is copied only when it becomes a tracked key.
+// reused buffer: it is copied only when it becomes a tracked key. Only a key
+// that is not tracked touches the map; the heap moves pointers.
 func (t *topK) add(key []byte, hits, over uint64) {
-	if i, ok := t.index[string(key)]; ok {
-		t.items[i].count += hits
-		t.items[i].over += over
-		t.down(i)
+	if it, ok := t.index[string(key)]; ok {
+		it.count += hits
+		it.over += over
+		t.down(it.pos)
 		return
 	}
 	k := string(key)
-	if len(t.items) < t.size {
-		t.items = append(t.items, topItem{key: k, count: hits, over: over})
-		t.index[k] = len(t.items) - 1
-		t.up(len(t.items) - 1)
+	if len(t.heap) < t.size {
+		it := &topItem{key: k, count: hits, over: over, pos: len(t.heap)}
+		t.heap = append(t.heap, it)
+		t.index[k] = it
+		t.up(it.pos)
 		return
 	}
-	old := t.items[0] // the least count
-	delete(t.index, old.key)
-	t.items[0] = topItem{key: k, count: old.count + hits, err: old.count, over: over}
-	t.index[k] = 0
+	it := t.heap[0] // the least count: its place goes to k
+	delete(t.index, it.key)
+	*it = topItem{key: k, count: it.count + hits, err: it.count, over: over}
+	t.index[k] = it
 	t.down(0)
 }
 
-// up and down restore the heap after items[i]'s count fell or rose.
+// up and down restore the heap after heap[i]'s count fell or rose.
 func (t *topK) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if t.items[p].count <= t.items[i].count {
+		if t.heap[p].count <= t.heap[i].count {
 			return
 		}
 		t.swap(i, p)
@@ -70,10 +73,10 @@ func (t *topK) up(i int) {
 func (t *topK) down(i int) {
 	for {
 		l, m := 2*i+1, i
-		if l < len(t.items) && t.items[l].count < t.items[m].count {
+		if l < len(t.heap) && t.heap[l].count < t.heap[m].count {
 			m = l
 		}
-		if r := l + 1; r < len(t.items) && t.items[r].count < t.items[m].count {
+		if r := l + 1; r < len(t.heap) && t.heap[r].count < t.heap[m].count {
 			m = r
 		}
 		if m == i {
@@ -85,14 +88,16 @@ func (t *topK) down(i int) {
 }
 
 func (t *topK) swap(i, j int) {
-	t.items[i], t.items[j] = t.items[j], t.items[i]
-	t.index[t.items[i].key], t.index[t.items[j].key] = i, j
+	t.heap[i], t.heap[j] = t.heap[j], t.heap[i]
+	t.heap[i].pos, t.heap[j].pos = i, j
 }
 
-// reset empties t, keeping its memory.
+// reset empties t. Its items are dropped (not reused) so that a merge in
+// progress elsewhere never sees them change.
 func (t *topK) reset() {
 	clear(t.index)
-	t.items = t.items[:0]
+	clear(t.heap)
+	t.heap = t.heap[:0]
 }
 
 // merge returns the keys of every summary with their counts summed, the
@@ -104,7 +109,7 @@ func merge(n int, sums ...*topK) []topItem {
 	pos := map[string]int{}
 	var out []topItem
 	for _, s := range sums {
-		for _, it := range s.items {
+		for _, it := range s.heap {
 			if i, ok := pos[it.key]; ok {
 				out[i].count += it.count
 				out[i].err += it.err
@@ -112,7 +117,7 @@ func merge(n int, sums ...*topK) []topItem {
 				continue
 			}
 			pos[it.key] = len(out)
-			out = append(out, it)
+			out = append(out, *it)
 		}
 	}
 	slices.SortFunc(out, func(a, b topItem) int {

@@ -13,13 +13,16 @@ func TestTopKHeapAndGuarantee(t *testing.T) {
 	for i := range 10_000 {
 		tk.add(fmt.Appendf(nil, "noise-%d", i), 1, 0)
 		tk.add(fmt.Appendf(nil, "big-%d", i%3), 2, 1)
-		for j := range tk.items {
-			if l := 2*j + 1; l < len(tk.items) && tk.items[l].count < tk.items[j].count {
+		for j, it := range tk.heap {
+			if l := 2*j + 1; l < len(tk.heap) && tk.heap[l].count < it.count {
 				t.Fatalf("step %d: not a heap at %d", i, j)
 			}
-			if tk.index[tk.items[j].key] != j {
-				t.Fatalf("step %d: index of %q is %d, want %d", i, tk.items[j].key, tk.index[tk.items[j].key], j)
+			if it.pos != j || tk.index[it.key] != it {
+				t.Fatalf("step %d: %q at %d says %d, index %p", i, it.key, j, it.pos, tk.index[it.key])
 			}
+		}
+		if len(tk.index) != len(tk.heap) {
+			t.Fatalf("step %d: %d indexed, %d in the heap", i, len(tk.index), len(tk.heap))
 		}
 	}
 	top := merge(3, tk)
