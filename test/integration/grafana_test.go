@@ -52,7 +52,8 @@ var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
 // metric it names is in /metrics of the built binary after a run that
 // exercises every outcome: admitted, near limit, over limit, shadow mode
 // over limit, the over-limit cache (Redis), failure-mode answers (a second
-// instance whose Redis is down), config loads. A metric renamed in Go, or a
+// instance whose Redis is down), config loads, with envoyproxy/ratelimit's
+// names on (--compat-metrics). A metric renamed in Go, or a
 // typo in the dashboard, fails here instead of showing an empty panel.
 func TestGrafanaDashboardNamesServedMetrics(t *testing.T) {
 	raw, err := os.ReadFile("../../deploy/grafana/sluice.json")
@@ -159,7 +160,7 @@ func dashboardQueries(t *testing.T, d *dashboard) []string {
 func servedMetrics(t *testing.T) map[string]bool {
 	addr := redistest.Addr(t)
 	ok := startSluice(t, "--config", "config", "--redis-url", "redis://"+addr+"/0", "--redis-prefix", redistest.Prefix(t.Name()),
-		"--store-timeout", "500ms")
+		"--store-timeout", "500ms", "--compat-metrics")
 	for range 25 { // per_client_address: 20 a minute; the last 4 admitted are near the limit
 		ok.call(t, "edge", []string{"remote_address", "192.0.2.9"})
 	}
@@ -168,7 +169,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 	}
 	ok.Client.ShouldRateLimit(context.Background(), request("")) // INVALID_ARGUMENT
 	down := startSluice(t, "--config", "config", "--redis-url", "redis://127.0.0.1:1/0", "--failure-mode", "allow",
-		"--ready-requires-store=false")
+		"--ready-requires-store=false", "--compat-metrics")
 	down.call(t, "edge", []string{"remote_address", "192.0.2.9"})
 
 	served := map[string]bool{}
