@@ -235,12 +235,13 @@ func TestTracingSettings(t *testing.T) {
 func TestConfigShowsRules(t *testing.T) {
 	srv, _, _ := startServer(t)
 	var out struct {
-		Version string       `json:"version"`
-		Rules   []configView `json:"rules"`
+		Version       string       `json:"version"` // the binary's
+		ConfigVersion string       `json:"config_version"`
+		Rules         []configView `json:"rules"`
 	}
 	getJSON(t, "http://"+srv.httpLn.Addr().String()+"/config", &out)
-	if len(out.Version) != 12 || out.Version != configVersion(srv.core.Config()) {
-		t.Errorf("/config version = %q, want the 12 hex digits of configVersion", out.Version)
+	if len(out.ConfigVersion) != 12 || out.ConfigVersion != configVersion(srv.core.Config()) || out.Version == "" {
+		t.Errorf("/config config_version = %q, version %q; want the 12 hex digits of configVersion and the binary's", out.ConfigVersion, out.Version)
 	}
 	if len(out.Rules) != 1 || out.Rules[0].Domain != "edge" || out.Rules[0].File != "../../config/edge.yaml" {
 		t.Fatalf("/config rules = %+v", out.Rules)
