@@ -10,11 +10,14 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
 // TestJSONNamesStoreError: when Redis refuses the connection, the /json 503
@@ -380,5 +383,31 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// xdsInfo is a config source that only describes itself, as the xDS source
+// does.
+type xdsInfo struct{ info sourceInfo }
+
+func (x xdsInfo) Run(ctx context.Context, _ deliverFunc) error { <-ctx.Done(); return nil }
+func (x xdsInfo) Info() sourceInfo                             { return x.info }
+
+// TestPageStatusOfXDS: the status page names an xDS source by its server
+// and node id, says when it is disconnected, and shows the xDS version_info
+// before the hash of the rules.
+func TestPageStatusOfXDS(t *testing.T) {
+	disconnected := false
+	src := xdsInfo{sourceInfo{Kind: "xds", Server: "envoy-gateway:18001", NodeID: "envoy-ratelimit", Connected: &disconnected, Version: "v7"}}
+	cfg, err := descriptors.Load("../../config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &fakeSink{}
+	cs := newConfigState(prometheus.NewRegistry(), svc, src, zap.NewNop())
+	cs.deliver(cfg, nil)
+	st := cs.pageStatus()
+	if st.Source != "xds: envoy-gateway:18001 as node envoy-ratelimit (disconnected)" || st.Version != "v7 (rules "+configVersion(cfg)+")" {
+		t.Errorf("page status = %+v", st)
 	}
 }

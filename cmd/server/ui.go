@@ -118,15 +118,27 @@ func (srv *server) handleUI(mux *http.ServeMux) {
 	mux.Handle("GET /ui/", h)
 }
 
-// pageStatus is the config's status as the status page shows it.
+// pageStatus is the config's status as the status page shows it: the
+// source (file path, or xDS server and node id), the version (the hash of
+// the rules, after the xDS version_info when there is one), the last load
+// and its errors.
 func (cs *configState) pageStatus() statuspage.ConfigStatus {
 	info := cs.src.Info()
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	st := statuspage.ConfigStatus{Source: info.Kind, Version: cs.cfgVersion, LoadedAt: cs.loadedAt,
 		Errors: append([]string(nil), cs.lastErr...)}
-	if info.Path != "" {
+	switch {
+	case info.Path != "":
 		st.Source += ": " + info.Path
+	case info.Server != "":
+		st.Source += ": " + info.Server + " as node " + info.NodeID
+		if info.Connected != nil && !*info.Connected {
+			st.Source += " (disconnected)"
+		}
+	}
+	if info.Version != "" && st.Version != "" {
+		st.Version = info.Version + " (rules " + st.Version + ")" // the xDS version_info first
 	}
 	if len(cs.lastErr) > 0 {
 		st.ErrorAt = cs.errAt
