@@ -1,5 +1,7 @@
 # make test: everything CI runs. It installs redis-server when it is missing
-# (the Redis and integration tests start their own servers on free ports).
+# (the Redis and integration tests start their own servers on free ports) and
+# Debian's chromium (the status page's browser test drives it headless with
+# chromedp; no browser is downloaded).
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME ?= 10s
@@ -10,10 +12,11 @@ test: deps vet unit fuzz
 
 # The compose file is checked by compose-go, a Go library (no binary).
 deps:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
-		echo "installing redis-server and redis-tools (Redis and integration tests)"; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && test -x /usr/bin/chromium || { \
+		echo "installing redis-server, redis-tools (Redis and integration tests) and chromium (status page browser test)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools chromium >/dev/null; }
 	@redis-server --version
+	@/usr/bin/chromium --version 2>/dev/null
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -647,10 +647,9 @@ func writePeerTable(w io.Writer) {
 
 // Texts shared by several peerVars.
 const (
-	noStatsd  = "no statsd: Sluice serves Prometheus metrics on --http-addr /metrics (USE_PROMETHEUS=true adds envoyproxy/ratelimit's names)"
-	noTracing = "no tracing: Sluice exports no traces"
-	noPerSec  = "not used: Sluice keeps every limit in the one Redis of REDIS_URL"
-	noPipe    = "not used: Sluice makes one script call per decision (no implicit pipelining)"
+	noStatsd = "no statsd: Sluice serves Prometheus metrics on --http-addr /metrics (USE_PROMETHEUS=true adds envoyproxy/ratelimit's names)"
+	noPerSec = "not used: Sluice keeps every limit in the one Redis of REDIS_URL"
+	noPipe   = "not used: Sluice makes one script call per decision (no implicit pipelining)"
 )
 
 // peerVars are envoyproxy/ratelimit's settings, in the order of its
@@ -771,10 +770,10 @@ var peerVars = []peerVar{
 	{"RESPONSE_DYNAMIC_METADATA", "false", "`--dynamic-metadata` (its content differs: see below)", direct("dynamic-metadata", "bool")},
 	{"MERGE_DOMAIN_CONFIG", "false", "`false` as Sluice; `true` warned (the same domain in two files is an error: merge the files)",
 		warnedUnless(isFalse, "Sluice does not merge domains: the same domain in two files is a config error (merge the files)")},
-	{"TRACING_ENABLED", "false", "`false` as Sluice; `true` warned (" + noTracing + ")", warnedUnless(isFalse, noTracing)},
-	{"TRACING_SERVICE_NAME", "RateLimit", "warned (" + noTracing + ")", warned(noTracing)},
-	{"TRACING_SERVICE_NAMESPACE", "", "warned (" + noTracing + ")", warned(noTracing)},
-	{"TRACING_SERVICE_INSTANCE_ID", "", "warned (" + noTracing + ")", warned(noTracing)},
-	{"TRACING_EXPORTER_PROTOCOL", "http", "warned (" + noTracing + ")", warned(noTracing)},
-	{"TRACING_SAMPLING_RATE", "1", "warned (" + noTracing + ")", warned(noTracing)},
+	{"TRACING_ENABLED", "false", "`--tracing-enabled`", direct("tracing-enabled", "bool")},
+	{"TRACING_SERVICE_NAME", "RateLimit", "`--tracing-service-name` (Sluice's default: `sluice`)", direct("tracing-service-name", "")},
+	{"TRACING_SERVICE_NAMESPACE", "", "`--tracing-service-namespace`", direct("tracing-service-namespace", "")},
+	{"TRACING_SERVICE_INSTANCE_ID", "", "`--tracing-service-instance-id`", direct("tracing-service-instance-id", "")},
+	{"TRACING_EXPORTER_PROTOCOL", "http", "`--tracing-exporter-protocol`", direct("tracing-exporter-protocol", "")},
+	{"TRACING_SAMPLING_RATE", "1", "`--tracing-sampling-rate`", direct("tracing-sampling-rate", "float")},
 }

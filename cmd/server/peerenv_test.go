@@ -218,12 +218,12 @@ var peerCases = []struct{ env, want string }{
 	{"QUOTA_MODE=false", "note"},
 	{"RESPONSE_DYNAMIC_METADATA=true", "dynamic-metadata=true"},
 	{"MERGE_DOMAIN_CONFIG=true", "warn"},
-	{"TRACING_ENABLED=true", "warn"},
-	{"TRACING_SERVICE_NAME=rl", "warn"},
-	{"TRACING_SERVICE_NAMESPACE=ns", "warn"},
-	{"TRACING_SERVICE_INSTANCE_ID=i", "warn"},
-	{"TRACING_EXPORTER_PROTOCOL=grpc", "warn"},
-	{"TRACING_SAMPLING_RATE=0.1", "warn"},
+	{"TRACING_ENABLED=true", "tracing-enabled=true"},
+	{"TRACING_SERVICE_NAME=rl", "tracing-service-name=rl"},
+	{"TRACING_SERVICE_NAMESPACE=ns", "tracing-service-namespace=ns"},
+	{"TRACING_SERVICE_INSTANCE_ID=i", "tracing-service-instance-id=i"},
+	{"TRACING_EXPORTER_PROTOCOL=grpc", "tracing-exporter-protocol=grpc"},
+	{"TRACING_SAMPLING_RATE=0.1", "tracing-sampling-rate=0.1"},
 }
 
 // TestPeerEnv is the table over every name of the peer's settings.go: each

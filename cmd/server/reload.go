@@ -99,6 +99,9 @@ type configState struct {
 
 	reloads *prometheus.CounterVec // result: ok, error
 	lastOK  prometheus.Gauge
+
+	cfg        *descriptors.Config // in force, for /config's rules (ui.go)
+	cfgVersion string              // of cfg: configVersion
 }
 
 // newConfigState registers the config metrics on reg and returns the state
@@ -159,6 +162,7 @@ func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 	}
 	cs.loadedAt = time.Now()
 	cs.lastErr = nil
+	cs.cfg, cs.cfgVersion = cfg, configVersion(cfg)
 	fields := []zap.Field{zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains()))}
 	if si := cs.src.Info(); si.Kind != "file" {
 		fields = append(fields, si.fields()...)
@@ -167,7 +171,8 @@ func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 }
 
 // ServeHTTP answers /config: the source, the config in force (its files,
-// domains and load time) and the errors of the last load if it failed.
+// domains, load time, version and every domain's rules with their names,
+// limits and algorithms) and the errors of the last load if it failed.
 func (cs *configState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	cs.mu.Lock()
 	out := struct {
@@ -178,7 +183,11 @@ func (cs *configState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		LoadedAt  *time.Time `json:"loaded_at,omitempty"`
 		LastError []string   `json:"last_error,omitempty"`
 		ErrorAt   *time.Time `json:"last_error_at,omitempty"`
-	}{Version: cs.version, Source: cs.src.Info(), Files: cs.files, Domains: cs.domains, LastError: cs.lastErr}
+		// ConfigVersion identifies the rules in force (configVersion).
+		ConfigVersion string       `json:"config_version,omitempty"`
+		Rules         []configView `json:"rules"`
+	}{Version: cs.version, Source: cs.src.Info(), Files: cs.files, Domains: cs.domains, LastError: cs.lastErr,
+		ConfigVersion: cs.cfgVersion, Rules: describeConfig(cs.cfg)}
 	if !cs.loadedAt.IsZero() {
 		t := cs.loadedAt
 		out.LoadedAt = &t

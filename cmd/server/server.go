@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/sluicehq/sluice/internal/statuspage"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
@@ -63,6 +64,8 @@ type server struct {
 	ping   func(context.Context) error // checks the store, nil if it cannot fail
 	reg    *prometheus.Registry
 	config *configState
+	status *statuspage.Recorder // the status page's, nil with --ui=false
+	trace  *tracing             // nil with tracing off
 
 	grpc     *grpc.Server
 	health   *health.Server
@@ -99,6 +102,9 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	if s.wrapStore != nil {
 		srv.store = s.wrapStore(srv.store)
 	}
+	if err := srv.wrapOps(); err != nil { // ui.go: status page, tracing
+		return nil, err
+	}
 	if err := srv.newServices(); err != nil {
 		return nil, err
 	}
@@ -116,6 +122,7 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /config", srv.config)
 	mux.Handle("/json", srv.svc.JSONHandler())
+	srv.handleUI(mux)
 	// A client that sends its headers or body slowly, or keeps a connection
 	// idle, must not hold a goroutine and a socket for long (issue 12.7).
 	srv.http = &http.Server{Handler: mux, ReadHeaderTimeout: min(5*time.Second, s.HTTPReadTimeout), ReadTimeout: s.HTTPReadTimeout,
@@ -150,7 +157,7 @@ func (srv *server) newGRPC() error {
 		}
 		opts = append(opts, grpc.Creds(creds))
 	}
-	srv.grpc = grpc.NewServer(opts...)
+	srv.grpc = grpc.NewServer(append(opts, srv.trace.serverOptions()...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
 	srv.health = health.NewServer()
 	healthpb.RegisterHealthServer(srv.grpc, srv.health)
@@ -191,7 +198,7 @@ func (srv *server) newServices() error {
 		Logger:      srv.log.Named("ratelimit"),
 		FailureMode: s.failureMode(),
 		Metrics:     coreMetrics,
-		Observers:   observers,
+		Observers:   append(observers, srv.observers()...),
 		ShadowMode:  s.ShadowMode,
 	})
 	srv.svc = rls.New(rls.Options{
@@ -481,6 +488,7 @@ func (srv *server) startListeners(wg *sync.WaitGroup, errc chan<- error) {
 // close releases the store. (The listeners belong to the gRPC and HTTP
 // servers once serve runs; newServer closes them on a failed start.)
 func (srv *server) close() {
+	srv.closeTracing()
 	if srv.closer != nil {
 		if err := srv.closer(); err != nil {
 			srv.log.Warn("closing store", zap.Error(err))

@@ -437,11 +437,11 @@ func TestMetricsEndpoint(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`sluice_rate_limit_total_hits_total{domain="edge",rule="remote_address"} 22`,
-		`sluice_rate_limit_within_limit_total{domain="edge",rule="remote_address"} 20`,
-		`sluice_rate_limit_over_limit_total{domain="edge",rule="remote_address"} 2`,
+		`sluice_rate_limit_total_hits_total{domain="edge",rule="per_client_address"} 22`,
+		`sluice_rate_limit_within_limit_total{domain="edge",rule="per_client_address"} 20`,
+		`sluice_rate_limit_over_limit_total{domain="edge",rule="per_client_address"} 2`,
 		// 0.8 of 20 is 16: the 17th to 20th admitted hits are near the limit.
-		`sluice_rate_limit_near_limit_total{domain="edge",rule="remote_address"} 4`,
+		`sluice_rate_limit_near_limit_total{domain="edge",rule="per_client_address"} 4`,
 		`sluice_store_calls_total{result="ok"} 22`,
 		`sluice_request_duration_seconds_count{code="OK"} 22`,
 		`sluice_config_loads_total{result="ok"} 1`,

@@ -79,6 +79,8 @@ type settings struct {
 	// (settings_xds.go).
 	StartWithoutConfig bool
 	XDS                xdsSettings
+	uiSettings         // ui.go
+	tracingSettings    // tracing.go
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
@@ -117,7 +119,7 @@ func (s *settings) table() []setting {
 		{"grpc-client-auth", "with --grpc-client-ca: require a client certificate (require), or verify one only when sent (if-given)", "require", &s.GRPCClientAuth},
 		{"grpc-client-san", "with --grpc-client-ca: a DNS name the client certificate must hold", "", &s.GRPCClientSAN},
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
-		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json)", ":8080", &s.HTTPAddr},
+		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
 		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},
@@ -159,6 +161,15 @@ func (s *settings) table() []setting {
 		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
 		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
 		{"start-without-config", "be ready before a config has loaded, answering OK for every domain until one does", "false", &s.StartWithoutConfig},
+		{"ui", "serve the live status page on the HTTP listener: /ui (and /ui/api, the JSON it polls)", "true", &s.UI},
+		{"ui-top-values", "descriptor values the status page shows per rule (0: record no values)", "10", &s.UITopValues},
+		{"ui-sensitive", "comma-separated domains (billing) and rules (billing/per_card) whose values the status page never records", "", &s.UISensitive},
+		{"tracing-enabled", "export OpenTelemetry traces over OTLP: a span per ShouldRateLimit, continuing Envoy's trace, and per store call (also TRACING_ENABLED; the endpoint from OTEL_EXPORTER_OTLP_*)", "false", &s.TracingEnabled},
+		{"tracing-exporter-protocol", "OTLP transport: http (port 4318) or grpc (port 4317) (also TRACING_EXPORTER_PROTOCOL)", "http", &s.TracingExporterProtocol},
+		{"tracing-service-name", "service.name of the spans (also TRACING_SERVICE_NAME, OTEL_SERVICE_NAME)", "sluice", &s.TracingServiceName},
+		{"tracing-service-namespace", "service.namespace of the spans (also TRACING_SERVICE_NAMESPACE)", "", &s.TracingServiceNamespace},
+		{"tracing-service-instance-id", "service.instance.id of the spans; empty: random (also TRACING_SERVICE_INSTANCE_ID)", "", &s.TracingServiceInstanceID},
+		{"tracing-sampling-rate", "share of new traces sampled, 0 to 1; Envoy's sampling decision wins when it sends one (also TRACING_SAMPLING_RATE)", "1", &s.TracingSamplingRate},
 		{"version", "print the version and exit", "false", &s.Version},
 	}
 }
@@ -182,6 +193,9 @@ func envName(flagName string) string {
 // for a peer setting Sluice refuses. --help prints the usage to helpOut.
 func parseSettings(args []string, getenv func(string) string, helpOut io.Writer) (*settings, error) {
 	peer, err := readPeerEnv(getenv)
+	if err == nil {
+		err = applyOtelFallbacks(peer) // tracing.go
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -354,6 +368,9 @@ func (s *settings) validate() error {
 	}
 	if r, err := strconv.ParseFloat(s.NearLimitRatio, 64); err != nil || r <= 0 || r > 1 {
 		return fmt.Errorf("--near-limit-ratio: %q is not a number in (0, 1]", s.NearLimitRatio)
+	}
+	if err := s.validateOps(); err != nil { // ui.go, tracing.go
+		return err
 	}
 	if (s.GRPCTLSCert == "") != (s.GRPCTLSKey == "") {
 		return errors.New("--grpc-tls-cert and --grpc-tls-key: set both or neither")

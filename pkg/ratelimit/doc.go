@@ -34,4 +34,14 @@
 //   - Quota mode: quota descriptors deny only together, decided by the store
 //     in the same call (limiter.Hit.Quota), so a quota denial consumes
 //     nothing and costs one store call like any other denial.
+//   - Hits larger than the limit itself (limiter.Result.ExceedsLimit) can
+//     never be admitted; the store answers RetryAfter = one window. The
+//     result stage reports the same wait as the descriptor's ResetAfter, so
+//     duration_until_reset, the RateLimit header's t and Retry-After all say
+//     one window (never "t=0" beside "Retry-After: 60"), limit_remaining is
+//     0, and front ends say plainly that no wait helps (Decision.ExceedsLimit).
+//   - Metrics label a rule by its rate_limit.name when it has one (names are
+//     what operators chose and see in RateLimit-Policy), else by its FullKey
+//     without the domain; detailed_metric and value_to_metric still put the
+//     entries' values in the label, since they ask for them.
 package ratelimit

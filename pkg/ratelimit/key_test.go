@@ -69,13 +69,17 @@ func TestRuleLabel(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		entries []string
-		want    string
+		want    string // ruleLabel: the key path
+		metric  string // metricRule: the name when there is one
 	}{
-		{[]string{"api_key", "secret"}, "api_key"},
-		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search"},
-		{[]string{"files", "files/a"}, "files_files/*"},
-		{[]string{"detailed", "x"}, "detailed_x"},
-		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op"},
+		// A named limit is labelled by its name in Sluice's metrics, by its
+		// key path in the peer's; detailed_metric and value_to_metric ask
+		// for values and win.
+		{[]string{"api_key", "secret"}, "api_key", "per_key"},
+		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search", "search"},
+		{[]string{"files", "files/a"}, "files_files/*", "files_files/*"},
+		{[]string{"detailed", "x"}, "detailed_x", "detailed_x"},
+		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op", "tenant_acme.op"},
 	} {
 		var es []descriptors.Entry
 		for i := 0; i+1 < len(tc.entries); i += 2 {
@@ -84,6 +88,9 @@ func TestRuleLabel(t *testing.T) {
 		st := Status{Rule: cfg.Match("test", es)}
 		if got := ruleLabel("test", &st, es); got != tc.want {
 			t.Errorf("ruleLabel(%v) = %q, want %q", tc.entries, got, tc.want)
+		}
+		if got := metricRule("test", &st, es); got != tc.metric {
+			t.Errorf("metricRule(%v) = %q, want %q", tc.entries, got, tc.metric)
 		}
 	}
 }

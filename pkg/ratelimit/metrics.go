@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -14,12 +15,13 @@ import (
 const DefaultNearLimitRatio = 0.8
 
 // Metrics are the Prometheus metrics of decisions, whatever front end asked
-// for them. Rate-limit counters are labelled by domain and rule (the rule's
-// FullKey without the domain), never by a raw descriptor value, unless the
-// rule sets detailed_metric (the request's entries, values included) or an
-// entry's node sets value_to_metric (that entry's value). All hit counters
-// count hits (hits_addend), not calls. Metrics is safe for concurrent use; a
-// nil *Metrics records nothing.
+// for them. Rate-limit counters are labelled by domain and rule: the rule's
+// rate_limit.name when it has one, else its FullKey without the domain; never
+// by a raw descriptor value, unless the rule sets detailed_metric (the
+// request's entries, values included) or an entry's node sets value_to_metric
+// (that entry's value), which ask for the values and so win over the name.
+// All hit counters count hits (hits_addend), not calls. Metrics is safe for
+// concurrent use; a nil *Metrics records nothing.
 type Metrics struct {
 	nearRatio float64
 
@@ -70,9 +72,21 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 	return m, nil
 }
 
-// ruleLabel is the rule label of a counted descriptor: the rule's FullKey
-// without the domain, with values put back where detailed_metric or
-// value_to_metric ask for them; an override's name when no rule matched.
+// metricRule is the rule label of Sluice's own metrics: the rule's
+// rate_limit.name when it has one and neither detailed_metric nor
+// value_to_metric asks for the values, else ruleLabel.
+func metricRule(domain string, st *Status, entries []descriptors.Entry) string {
+	if r := st.Rule; r != nil && r.Limit != nil && r.Limit.Name != "" && !r.DetailedMetric &&
+		!slices.ContainsFunc(r.Lineage, func(n *descriptors.Rule) bool { return n.ValueToMetric }) {
+		return r.Limit.Name
+	}
+	return ruleLabel(domain, st, entries)
+}
+
+// ruleLabel is the key path of a counted descriptor's rule, as
+// envoyproxy/ratelimit names it in stats: the rule's FullKey without the
+// domain, with values put back where detailed_metric or value_to_metric ask
+// for them; an override's name when no rule matched.
 func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 	if st.Rule == nil {
 		return st.Name // a limit override: its name says its rate
@@ -110,7 +124,7 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 	if m == nil {
 		return
 	}
-	m.observe(dom.Name, ruleLabel(dom.Name, st, entries), st.Hits, st.Result.Allowed, st.Shadow, st.Result.Remaining, uint64(st.Limit.RequestsPerUnit))
+	m.observe(dom.Name, metricRule(dom.Name, st, entries), st.Hits, st.Result.Allowed, st.Shadow, st.Result.Remaining, uint64(st.Limit.RequestsPerUnit))
 }
 
 // observe records one counted descriptor's outcome.

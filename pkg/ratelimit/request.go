@@ -125,7 +125,9 @@ type Status struct {
 	// Hits is the hits_addend applied to the counter.
 	Hits uint64
 	// Result is the store's outcome for this descriptor's counter; the
-	// zero Result when Limit is nil or the failure mode answered.
+	// zero Result when Limit is nil or the failure mode answered. When
+	// Result.ExceedsLimit, ResetAfter is raised to RetryAfter (one window):
+	// see the package doc.
 	Result limiter.Result
 }
 

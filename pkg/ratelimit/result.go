@@ -17,6 +17,14 @@ func (s *Service) result(d *Decision, req *Request, idx []int, hits []limiter.Hi
 			continue
 		}
 		st, r := &d.Statuses[i], results[h]
+		if r.ExceedsLimit {
+			// No wait admits these hits, and the store says so with a
+			// RetryAfter of one window; report the same wait as the reset
+			// (duration_until_reset, RateLimit t) so that every number the
+			// client sees says "nothing for one window", never "full again
+			// now" beside "retry in 60 s".
+			r.ResetAfter = max(r.ResetAfter, r.RetryAfter)
+		}
 		st.Result, st.Hits = r, hits[h].Hits
 		if r.OverLimit {
 			st.Code, d.Code = OverLimit, OverLimit

@@ -84,6 +84,11 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		WriteTimeout:          orDefault(s.WriteTimeout, 500*time.Millisecond),
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
+		// One dial attempt per connection: go-redis dials in the background
+		// and by default retries 5 times 100 ms apart, far past a call's
+		// 15 ms budget, so the caller saw only "context deadline exceeded"
+		// instead of the dial's own error (connection refused, no such host).
+		DialerRetries: 1,
 	}
 	tlsOn, network := false, ""
 	if s.URL != "" {

@@ -44,29 +44,29 @@ func TestMetrics(t *testing.T) {
 	want := `
 # HELP sluice_rate_limit_near_limit_total Admitted hits that left the limit above the near-limit ratio, by domain and rule.
 # TYPE sluice_rate_limit_near_limit_total counter
-sluice_rate_limit_near_limit_total{domain="test",rule="api_key",} 2
-sluice_rate_limit_near_limit_total{domain="test",rule="shadow"} 1
+sluice_rate_limit_near_limit_total{domain="test",rule="per_key",} 2
+sluice_rate_limit_near_limit_total{domain="test",rule="trial"} 1
 # HELP sluice_rate_limit_over_limit_total Hits denied by an enforced limit, by domain and rule.
 # TYPE sluice_rate_limit_over_limit_total counter
-sluice_rate_limit_over_limit_total{domain="test",rule="api_key"} 2
+sluice_rate_limit_over_limit_total{domain="test",rule="per_key"} 2
 # HELP sluice_rate_limit_shadow_mode_over_limit_total Hits a shadow-mode limit would have denied, by domain and rule.
 # TYPE sluice_rate_limit_shadow_mode_over_limit_total counter
-sluice_rate_limit_shadow_mode_over_limit_total{domain="test",rule="shadow"} 2
+sluice_rate_limit_shadow_mode_over_limit_total{domain="test",rule="trial"} 2
 # HELP sluice_rate_limit_total_hits_total Hits (hits_addend) evaluated against a limit, by domain and rule.
 # TYPE sluice_rate_limit_total_hits_total counter
-sluice_rate_limit_total_hits_total{domain="test",rule="api_key"} 5
+sluice_rate_limit_total_hits_total{domain="test",rule="per_key"} 5
 sluice_rate_limit_total_hits_total{domain="test",rule="generous"} 2
-sluice_rate_limit_total_hits_total{domain="test",rule="shadow"} 3
+sluice_rate_limit_total_hits_total{domain="test",rule="trial"} 3
 # HELP sluice_rate_limit_within_limit_total Hits the limit admitted, by domain and rule.
 # TYPE sluice_rate_limit_within_limit_total counter
-sluice_rate_limit_within_limit_total{domain="test",rule="api_key"} 3
+sluice_rate_limit_within_limit_total{domain="test",rule="per_key"} 3
 sluice_rate_limit_within_limit_total{domain="test",rule="generous"} 2
-sluice_rate_limit_within_limit_total{domain="test",rule="shadow"} 1
+sluice_rate_limit_within_limit_total{domain="test",rule="trial"} 1
 # HELP sluice_store_calls_total Store calls, by result (ok, error).
 # TYPE sluice_store_calls_total counter
 sluice_store_calls_total{result="ok"} 9
 `
-	want = strings.Replace(want, `rule="api_key",}`, `rule="api_key"}`, 1)
+	want = strings.Replace(want, `rule="per_key",}`, `rule="per_key"}`, 1)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"sluice_rate_limit_total_hits_total", "sluice_rate_limit_over_limit_total", "sluice_rate_limit_near_limit_total",
 		"sluice_rate_limit_within_limit_total", "sluice_rate_limit_shadow_mode_over_limit_total", "sluice_store_calls_total"); err != nil {

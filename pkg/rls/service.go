@@ -124,6 +124,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
+		annotate(ctx, req, nil)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	r := s.scratch.Get().(*converter)
@@ -131,8 +132,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	defer r.reset() // after the response is built: the Decision's statuses are r's
 	d, err := s.opts.Decider.Decide(ctx, r.convert(req))
 	if err != nil {
+		annotate(ctx, req, nil)
 		return nil, grpcError(err)
 	}
+	annotate(ctx, req, &d)
 	return s.response(&d), nil
 }
 

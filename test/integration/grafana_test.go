@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// dashboard is the part of a Grafana dashboard JSON the test reads.
+type dashboard struct {
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name, Type, Definition string
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		ID      int    `json:"id"`
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		GridPos struct {
+			X, W int
+		} `json:"gridPos"`
+		Datasource struct{ UID string } `json:"datasource"`
+		Targets    []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// grafanaVars are Grafana's own variables: a range stands for them, so that
+// the query parses as Prometheus will receive it.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h")
+
+// labelValues matches a variable query, label_values(SELECTOR, label).
+var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
+
+// TestGrafanaDashboardNamesServedMetrics parses every query of
+// deploy/grafana/sluice.json with the Prometheus parser and checks that each
+// metric it names is in /metrics of the built binary after a run that
+// exercises every outcome: admitted, near limit, over limit, shadow mode
+// over limit, the over-limit cache (Redis), failure-mode answers (a second
+// instance whose Redis is down), config loads, with envoyproxy/ratelimit's
+// names on (--compat-metrics). A metric renamed in Go, or a
+// typo in the dashboard, fails here instead of showing an empty panel.
+func TestGrafanaDashboardNamesServedMetrics(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/grafana/sluice.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("deploy/grafana/sluice.json: %v", err)
+	}
+	queries := dashboardQueries(t, &d)
+
+	served := servedMetrics(t)
+	p := parser.NewParser(parser.Options{})
+	used := map[string]bool{}
+	for _, q := range queries {
+		expr, err := p.ParseExpr(grafanaVars.Replace(q))
+		if err != nil {
+			t.Errorf("query does not parse: %v\n  %s", err, q)
+			continue
+		}
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			name := vs.Name
+			if name == "" {
+				t.Errorf("query selects series without a metric name: %s", q)
+				return nil
+			}
+			used[name] = true
+			if !served[name] {
+				t.Errorf("query names %s, which /metrics does not serve:\n  %s", name, q)
+			}
+			return nil
+		})
+	}
+	var names []string
+	for n := range used {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	t.Logf("%d queries name %d metrics: %s", len(queries), len(names), strings.Join(names, " "))
+	// Every Sluice metric has a panel.
+	for name := range served {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+		if strings.HasPrefix(name, "sluice_") && !used[name] && !used[base+"_bucket"] && !used[base+"_count"] {
+			t.Errorf("/metrics serves %s, which no panel shows", name)
+		}
+	}
+}
+
+// dashboardQueries checks the dashboard's shape (unique panel ids, every
+// panel on the Prometheus variable, inside the 24-column grid, with a
+// query) and returns its PromQL: every target's expr and the selector of
+// every label_values variable.
+func dashboardQueries(t *testing.T, d *dashboard) []string {
+	var queries []string
+	if d.UID == "" {
+		t.Error("dashboard has no uid")
+	}
+	var vars []string
+	for _, v := range d.Templating.List {
+		vars = append(vars, v.Name)
+		if v.Type != "query" {
+			continue
+		}
+		m := labelValues.FindStringSubmatch(v.Definition)
+		if m == nil {
+			t.Errorf("variable %s: %q is not label_values(selector, label)", v.Name, v.Definition)
+			continue
+		}
+		queries = append(queries, m[1])
+	}
+	if !slices.Contains(vars, "datasource") {
+		t.Error("dashboard has no datasource variable")
+	}
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel %q: id %d used twice", p.Title, p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q: past the 24-column grid", p.Title)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource.UID != "${datasource}" || len(p.Targets) == 0 {
+			t.Errorf("panel %q: datasource %q, %d targets", p.Title, p.Datasource.UID, len(p.Targets))
+		}
+		for _, tg := range p.Targets {
+			queries = append(queries, tg.Expr)
+		}
+	}
+	return queries
+}
+
+// servedMetrics runs two instances of the built binary through every
+// outcome and returns the metric names their /metrics serve (a histogram
+// as NAME_bucket, NAME_sum and NAME_count, as PromQL sees it).
+func servedMetrics(t *testing.T) map[string]bool {
+	addr := redistest.Addr(t)
+	ok := startSluice(t, "--config", "config", "--redis-url", "redis://"+addr+"/0", "--redis-prefix", redistest.Prefix(t.Name()),
+		"--store-timeout", "500ms", "--compat-metrics")
+	for range 25 { // per_client_address: 20 a minute; the last 4 admitted are near the limit
+		ok.call(t, "edge", []string{"remote_address", "192.0.2.9"})
+	}
+	for range 8 { // beta_upload_trial: shadow mode, 5 a second
+		ok.call(t, "edge", []string{"generic_key", "beta_upload"})
+	}
+	ok.Client.ShouldRateLimit(context.Background(), request("")) // INVALID_ARGUMENT
+	down := startSluice(t, "--config", "config", "--redis-url", "redis://127.0.0.1:1/0", "--failure-mode", "allow",
+		"--ready-requires-store=false", "--compat-metrics")
+	down.call(t, "edge", []string{"remote_address", "192.0.2.9"})
+
+	served := map[string]bool{}
+	for _, s := range []*sluice{ok, down} {
+		resp, err := http.Get("http://" + s.HTTPAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := tp.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("parse /metrics: %v", err)
+		}
+		for name, f := range families {
+			served[name] = true
+			switch f.GetType().String() {
+			case "HISTOGRAM":
+				served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
+			case "SUMMARY":
+				served[name+"_sum"], served[name+"_count"] = true, true
+			}
+		}
+	}
+	return served
+}
