@@ -125,7 +125,8 @@ func groupLeaders(hits []Hit, leader []int) []int {
 				// Field by field, the cheap ones first: comparing counterIDs
 				// costs a call per pair.
 				o := &hits[j]
-				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key {
+				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key &&
+					(o.Limit.SubWindows == h.Limit.SubWindows || o.Limit.SubWindowCount() == h.Limit.SubWindowCount()) {
 					leader[i] = j
 					break
 				}
@@ -146,15 +147,17 @@ func groupLeaders(hits []Hit, leader []int) []int {
 	return leader
 }
 
-// counterID is the identity of one counter, as DESIGN.md section 3 fixes it.
+// counterID is the identity of one counter, as DESIGN.md section 3 fixes it
+// (Hit documents it).
 type counterID struct {
 	key    string
 	window time.Duration
 	alg    Algorithm
+	sub    uint8 // Limit.SubWindowCount()
 }
 
 func idOf(h Hit) counterID {
-	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm}
+	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm, sub: uint8(h.Limit.SubWindowCount())}
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -26,7 +26,7 @@ type OverLimitOptions struct {
 // until its RetryAfter runs out, so an abusive client that keeps retrying
 // costs no store call. It wraps another Store and is safe for concurrent use.
 //
-// It is exact for algorithms whose denials hold (the sliding window counter):
+// It is exact for algorithms whose denials hold (every one but concurrency):
 // a denied request consumed nothing, and with no further traffic the estimate
 // of a denying counter only falls, reaching the point where the same hits fit
 // exactly after RetryAfter; other traffic (from any Sluice instance) only
@@ -201,7 +201,8 @@ func signature(hits []Hit) string {
 		b = append(b, h.Key...)
 		b = binary.AppendUvarint(b, h.Limit.Requests)
 		b = binary.AppendVarint(b, int64(h.Limit.Window))
-		b = append(b, byte(h.Limit.Algorithm))
+		b = append(b, byte(h.Limit.Algorithm), h.Limit.SubWindows)
+		b = binary.AppendUvarint(b, h.Limit.Burst)
 		b = binary.AppendUvarint(b, h.Hits)
 		f := byte(0)
 		if h.Shadow {
