@@ -76,7 +76,9 @@ func subDecide(st State, nowMs int64, l Limit, subs int64, n uint64) (bool, int6
 }
 
 // subConsume adds inc to the current sub-window, saturating at MaxCount, then
-// takes dec back from the newest sub-window to the oldest, never below zero.
+// takes dec from it, never below zero: like the classic counter's, a refund
+// never touches an older sub-window (so a Cluster undo can take back exactly
+// what a call changed).
 func subConsume(st State, subs int64, inc, dec uint64) State {
 	if inc == 0 && (dec == 0 || st.Slots == nil) {
 		return st
@@ -84,11 +86,7 @@ func subConsume(st State, subs int64, inc, dec uint64) State {
 	slots := make([]int64, subs+1)
 	copy(slots, st.Slots)
 	slots[subs] = int64(min(satAdd(uint64(slots[subs]), inc), MaxCount))
-	for i := subs; i >= 0 && dec > 0; i-- {
-		take := min(dec, uint64(slots[i]))
-		slots[i] -= int64(take)
-		dec -= take
-	}
+	slots[subs] -= int64(min(dec, uint64(slots[subs])))
 	st.Slots = nilIfZero(slots)
 	return st
 }

@@ -51,6 +51,9 @@ func (tokenBucket) validate(l Limit) error {
 	if l.SubWindows != 0 {
 		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only sliding_window has)", l.SubWindows, l.Algorithm)
 	}
+	if l.Requests > MaxCount || l.Burst > MaxCount {
+		return fmt.Errorf("limiter: requests: %d requests and a burst of %d: both must be at most 2^52", l.Requests, l.Burst)
+	}
 	if l.Requests == 0 {
 		if l.Burst != 0 {
 			return fmt.Errorf("limiter: burst: %d with requests 0: a bucket that never refills (set requests_per_unit, or no burst to deny every hit)", l.Burst)
@@ -125,6 +128,8 @@ func (tokenBucket) consume(s State, nowMs int64, l Limit, inc, dec uint64) State
 	}
 	if dec > uint64(d)/uint64(wp) || int64(dec)*wp >= d {
 		d = 0
+	} else {
+		d -= int64(dec) * wp
 	}
 	if d == 0 {
 		return State{}

@@ -608,9 +608,9 @@ func testSubWindows(t *testing.T, e *env) {
 	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(10_001)})
 	e.clk.Advance(ms(1))
 	e.expect([]limiter.Hit{hit(k, l, 4)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(70_000)})
-	// A refund takes back from the newest sub-window first.
+	// A refund takes back from the current sub-window only.
 	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 5, Refund: true}},
-		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(10_000)})
+		limiter.Result{Allowed: true, Remaining: 4, ResetAfter: ms(10_000)})
 }
 
 // testTokenBucket: a bucket of 5 refilled at 3/s: a burst, then the rate.
