@@ -108,7 +108,7 @@ func TestBuildErrors(t *testing.T) {
 		{"sluice fields", []*descriptors.Document{xdsDoc("r", "d", xdsNode("k", "", multiplier), xdsNode("k", "v", algorithm))},
 			[]string{
 				`xds:r: descriptors[0].rate_limit.unit_multiplier: want an integer from 1 to 4294967295, got the integer 0`,
-				`xds:r: descriptors[1].rate_limit.algorithm: unknown algorithm "leaky" (want sliding_window)`,
+				`xds:r: descriptors[1].rate_limit.algorithm: unknown algorithm "leaky" (want sliding_window, token_bucket, fixed_window, sliding_log or concurrency)`,
 			}},
 		{"empty key and duplicate siblings", []*descriptors.Document{xdsDoc("r", "d",
 			xdsNode("", "", xdsLimit(1, "second")),

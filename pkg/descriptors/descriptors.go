@@ -96,6 +96,23 @@ type Limit struct {
 	// Algorithm is rate_limit.algorithm, a Sluice addition, carried as is to
 	// the store: the zero value, limiter.SlidingWindow, when unset.
 	Algorithm limiter.Algorithm
+	// Burst is rate_limit.burst, a Sluice addition: a token_bucket's
+	// capacity in hits; 0 (unset) means RequestsPerUnit. Always 0 for the
+	// other algorithms.
+	Burst uint32
+	// SubWindows is rate_limit.sub_windows, a Sluice addition: a
+	// sliding_window's counters per window, from 1 (the classic two-counter
+	// estimate) to limiter.MaxSubWindows; limiter.DefaultSubWindows when
+	// unset. Always 0 for the other algorithms. Part of the counter's
+	// identity: changing it starts the counter anew.
+	SubWindows uint8
+}
+
+// Store returns the limiter.Limit that counts l: its rate, window and
+// algorithm with its parameters.
+func (l *Limit) Store() limiter.Limit {
+	return limiter.Limit{Requests: uint64(l.RequestsPerUnit), Window: l.Window(), Algorithm: l.Algorithm,
+		Burst: uint64(l.Burst), SubWindows: l.SubWindows}
 }
 
 // FailureMode is what a domain answers when the store fails: its

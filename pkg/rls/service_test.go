@@ -186,6 +186,33 @@ func TestSequences(t *testing.T) {
 			{req: request(key("a"), desc("generous", "g")), want: "OK [OK:- OK:96]"},
 			{req: request(key("a")), want: "OK [OK:2]"},
 		}},
+		{"rate_limits: a denial by the per-second limit counts against neither", []step{
+			// Binding: the least remaining (per second: 1 left of 2).
+			{req: request(desc("tenant_multi", "t")), want: "OK [OK:1]"},
+			{req: request(desc("tenant_multi", "t")), want: "OK [OK:0]"},
+			// Per second denies; the per-minute counter stays at 2 of 3.
+			{req: request(desc("tenant_multi", "t")), want: "OVER_LIMIT [OVER:0]"},
+			{req: request(desc("tenant_multi", "t")), want: "OVER_LIMIT [OVER:0]"},
+			{req: request(desc("tenant_multi", "t")), advance: 3 * time.Second, want: "OK [OK:0]"},
+			// Now the per-minute limit denies.
+			{req: request(desc("tenant_multi", "t")), advance: 3 * time.Second, want: "OVER_LIMIT [OVER:0]"},
+		}},
+		{"token bucket: a burst, then the refill rate", []step{
+			{req: request(desc("bucket", "b")), want: "OK [OK:2]"},
+			{req: request(desc("bucket", "b")), want: "OK [OK:1]"},
+			{req: request(desc("bucket", "b")), want: "OK [OK:0]"},
+			{req: request(desc("bucket", "b")), want: "OVER_LIMIT [OVER:0]"},
+			{req: request(desc("bucket", "b")), advance: time.Second, want: "OK [OK:0]"},
+			{req: request(desc("bucket", "b")), advance: 3 * time.Second, want: "OK [OK:2]"},
+		}},
+		{"default sub-windows: hits leave the estimate with their sub-window", []step{
+			{req: request(desc("tenant_default", "a")), want: "OK [OK:1]"},
+			{req: request(desc("tenant_default", "a")), want: "OK [OK:0]"},
+			{req: request(desc("tenant_default", "a")), advance: 59 * time.Second, want: "OVER_LIMIT [OVER:0]"},
+			// 63 s on, both hits' sub-window [0 s, 3 s) has left (the
+			// classic counter would still weigh them in until 120 s).
+			{req: request(desc("tenant_default", "a")), advance: 4 * time.Second, want: "OK [OK:1]"},
+		}},
 		{"quota mode denies only when every quota descriptor is over", []step{
 			{req: request(desc("service", "a"), desc("service", "b")), want: "OK [OK:0 OK:0]"},
 			// Both quotas are now over: denied, and nothing consumed (q
