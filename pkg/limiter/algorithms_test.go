@@ -1,9 +1,11 @@
 package limiter_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,5 +372,57 @@ func TestConcurrency(t *testing.T) {
 	}
 	if got := apply(t0+50+minuteMs, limiter.Hit{Hits: 1}); !got.Allowed {
 		t.Fatalf("when the leaked slots expire: %+v, want Allowed", got)
+	}
+}
+
+// benchLimits are the limits BenchmarkAlgorithms compares: 100 per minute
+// under each algorithm.
+var benchLimits = []struct {
+	name string
+	l    limiter.Limit
+}{
+	{"sliding_window_N=1", limiter.Limit{Requests: 100, Window: time.Minute}},
+	{"sliding_window_N=50", limiter.Limit{Requests: 100, Window: time.Minute, SubWindows: limiter.DefaultSubWindows}},
+	{"token_bucket", limiter.Limit{Requests: 100, Window: time.Minute, Algorithm: limiter.TokenBucket}},
+	{"fixed_window", limiter.Limit{Requests: 100, Window: time.Minute, Algorithm: limiter.FixedWindow}},
+	{"sliding_log", limiter.Limit{Requests: 100, Window: time.Minute, Algorithm: limiter.SlidingLog}},
+	{"concurrency", limiter.Limit{Requests: 100, Window: time.Minute, Algorithm: limiter.Concurrency}},
+}
+
+// BenchmarkAlgorithms measures Evaluate and MemoryStore.Apply per algorithm
+// on one counter at 1.5 times its limit's rate (a request every 400 ms of
+// simulated time on 100 per minute), half of them admitted.
+func BenchmarkAlgorithms(b *testing.B) {
+	for _, bl := range benchLimits {
+		b.Run("Evaluate/"+bl.name, func(b *testing.B) {
+			hits := []limiter.Hit{{Key: "domain|k", Limit: bl.l, Hits: 1}}
+			states := []limiter.State{{}}
+			now := t0
+			b.ReportAllocs()
+			for b.Loop() {
+				_, next, adm, err := limiter.Evaluate(now, hits, states)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if adm {
+					states[0] = next[0]
+				}
+				now += 400
+			}
+		})
+		b.Run("MemoryStore.Apply/"+bl.name, func(b *testing.B) {
+			var now atomic.Int64
+			now.Store(t0)
+			s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+			hits := []limiter.Hit{{Key: "domain|k", Limit: bl.l, Hits: 1}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Apply(ctx, hits); err != nil {
+					b.Fatal(err)
+				}
+				now.Add(400)
+			}
+		})
 	}
 }

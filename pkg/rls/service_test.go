@@ -205,11 +205,11 @@ func TestSequences(t *testing.T) {
 			{req: request(desc("bucket", "b")), advance: time.Second, want: "OK [OK:0]"},
 			{req: request(desc("bucket", "b")), advance: 3 * time.Second, want: "OK [OK:2]"},
 		}},
-		{"default sub-windows: hits leave the estimate with their sub-window", []step{
+		{"default sub-windows (50 of 1.2 s): hits leave the estimate with their sub-window", []step{
 			{req: request(desc("tenant_default", "a")), want: "OK [OK:1]"},
 			{req: request(desc("tenant_default", "a")), want: "OK [OK:0]"},
 			{req: request(desc("tenant_default", "a")), advance: 59 * time.Second, want: "OVER_LIMIT [OVER:0]"},
-			// 63 s on, both hits' sub-window [0 s, 3 s) has left (the
+			// 63 s on, both hits' sub-window [0 s, 1.2 s) has left (the
 			// classic counter would still weigh them in until 120 s).
 			{req: request(desc("tenant_default", "a")), advance: 4 * time.Second, want: "OK [OK:1]"},
 		}},
