@@ -484,6 +484,7 @@ func (r *Rule) LimitSuffix(l *Limit) string {
 	}
 	return suffix
 }
+
 // replaces builds rate_limit.replaces at path for the limit called self.
 func (b *builder) replaces(f Field[[]*ReplaceNode], path, self string) []string {
 	if state(b, f, path) != FieldSet {
