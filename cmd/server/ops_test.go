@@ -246,10 +246,11 @@ func TestConfigShowsRules(t *testing.T) {
 	if len(out.ConfigVersion) != 12 || out.ConfigVersion != configVersion(srv.core.Config()) || out.Version == "" {
 		t.Errorf("/config config_version = %q, version %q; want the 12 hex digits of configVersion and the binary's", out.ConfigVersion, out.Version)
 	}
-	if len(out.Rules) != 1 || out.Rules[0].Domain != "edge" || out.Rules[0].File != "../../config/edge.yaml" {
+	// config/: algorithms.yaml and edge.yaml, by domain.
+	if len(out.Rules) != 2 || out.Rules[0].Domain != "algorithms" || out.Rules[1].Domain != "edge" || out.Rules[1].File != "../../config/edge.yaml" {
 		t.Fatalf("/config rules = %+v", out.Rules)
 	}
-	ds := out.Rules[0].Descriptors
+	ds := out.Rules[1].Descriptors
 	if len(ds) != 5 {
 		t.Fatalf("%d top-level descriptors, want 5", len(ds))
 	}
