@@ -42,6 +42,14 @@ type Limit struct {
 	// SlidingWindow reads it; Validate refuses it on any other algorithm. It
 	// is part of the counter's identity (SubWindowCount).
 	SubWindows uint8
+	// Overdraw makes the counter take every hit it is sent, admitted or not
+	// (rate_limit.overdraw: usage reported after the response, which cannot
+	// be refused): a hit is Allowed while the counter is under the limit
+	// (one more hit would fit), however many Hits it carries, and a request
+	// that is denied still consumes its overdraw hits (never its others,
+	// nor refunds). Not part of the counter's identity. SlidingLog and
+	// Concurrency refuse it.
+	Overdraw bool
 }
 
 // DefaultSubWindows is the sub_windows of a sliding_window rate limit whose

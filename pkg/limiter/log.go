@@ -50,6 +50,9 @@ func (a slidingLog) validate(l Limit) error {
 	if err := noParameters(l); err != nil {
 		return err
 	}
+	if l.Overdraw {
+		return fmt.Errorf("limiter: overdraw: %v keeps one entry per admitted hit and cannot overdraw", l.Algorithm)
+	}
 	if l.Requests > MaxLogRequests {
 		return fmt.Errorf("limiter: requests: %d is over %d, the most a %v counts (it keeps one entry per hit)",
 			l.Requests, MaxLogRequests, l.Algorithm)

@@ -110,6 +110,10 @@ func (tokenBucket) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64)
 	if need <= bw {
 		return true, 0
 	}
+	if rp == 0 {
+		// Never refills: as for any hit over the capacity, one window.
+		return false, l.Window.Milliseconds()
+	}
 	return false, ceilDiv(need-bw, rp)
 }
 

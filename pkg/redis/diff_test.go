@@ -212,8 +212,8 @@ func TestDifferential(t *testing.T) {
 		}
 		if admitted {
 			admittedN++
-			m.record(hits, next, nowMs, before)
 		}
+		m.record(hits, next, nowMs, before, admitted)
 		m.checkAll(step, hits)
 	}
 	t.Logf("%d steps, %d admitted, %d counters expired by TTL meanwhile; quota hits over limit: %d denying, %d in admitted requests",
@@ -279,7 +279,9 @@ func randomLimit(rng *rand.Rand, l limiter.Limit) limiter.Limit {
 		}
 	case limiter.SlidingLog, limiter.Concurrency:
 		l.Requests = min(l.Requests, limiter.MaxLogRequests)
+		return l
 	}
+	l.Overdraw = rng.IntN(5) == 0
 	return l
 }
 
@@ -374,9 +376,12 @@ func (m *diffModel) expect(step int, nowMs int64, hits []limiter.Hit, got []limi
 
 // record stores the States of an admitted request, written by a call that
 // started at before.
-func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64, before time.Time) {
+func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64, before time.Time, admitted bool) {
 	for i, h := range hits {
 		id := idOf(h)
+		if !admitted && !overdrawn(hits, id) {
+			continue // a denied request changes only what overdraw hits grew
+		}
 		nc := next[i]
 		if emptyState(id, nc) {
 			nc = limiter.State{} // the script deletes an empty counter
@@ -391,8 +396,9 @@ func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64
 func equalResults(a, b []limiter.Result) bool { return slices.Equal(a, b) }
 
 func describe(h limiter.Hit) string {
-	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d hits %d refund %v shadow %v quota %v}",
-		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Hits, h.Refund, h.Shadow, h.Quota)
+	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d overdraw %v hits %d refund %v shadow %v quota %v}",
+		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Limit.Overdraw,
+		h.Hits, h.Refund, h.Shadow, h.Quota)
 }
 
 func describeAll(hits []limiter.Hit) string {
@@ -401,4 +407,15 @@ func describeAll(hits []limiter.Hit) string {
 		s += describe(h) + " "
 	}
 	return s
+}
+
+// overdrawn reports whether a denied request still grows counter id: one of
+// its overdraw hits on it asks for hits (limiter.Limit.Overdraw).
+func overdrawn(hits []limiter.Hit, id identity) bool {
+	for _, h := range hits {
+		if idOf(h) == id && h.Limit.Overdraw && !h.Refund && h.Hits > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -34,7 +34,9 @@
 --             burst (a token bucket's capacity, 0 for the others), hits,
 --             flags: 1 refund, 2 shadow, 4 exceeds (the largest non-refund
 --             hits on that key > the limit's Capacity, compared in Go on
---             uint64 because doubles cannot), 8 quota.
+--             uint64 because doubles cannot), 8 quota, 16 overdraw (the
+--             hit is allowed while one more hit fits, and its key grows by
+--             the largest overdraw hits even when the request is denied).
 --   Reply     {admitted (0/1), now_ms,
 --              then REPLY_HIT (7) per hit: allowed (0/1), exceeds (0/1),
 --                retry_after_ms, remaining_if_denied, reset_after_ms_if_denied,
@@ -49,9 +51,10 @@
 --             consumption; the caller picks one, because in a Cluster another
 --             slot's script may deny a request this one admitted.
 --
--- Mode "c" (check): as "a" but never writes; the reply's admitted says
--- whether "a" would have admitted, and every token is 0, 0. For the slots of
--- a Cluster request that another slot already denied.
+-- Mode "c" (check): as "a" but writes only what overdraw hits consume (as a
+-- denied "a" call does); the reply's admitted says whether "a" would have
+-- admitted, and every token is 0, 0. For the slots of a Cluster request that
+-- another slot already denied.
 --
 -- Mode "u" (undo): take back what an admitting "a" call consumed, when the
 -- request was denied by a script on another Cluster slot.
@@ -510,6 +513,9 @@ local function tokenDecide(t, f, d, w, L, n, B)
   if need <= bw then
     return true, 0
   end
+  if rp == 0 then
+    return false, w
+  end
   local a = need - bw
   local q = idiv(a, rp)
   if q * rp < a then
@@ -878,7 +884,10 @@ end
 
 -- Every hit is decided with the growth its counter will take: the largest
 -- hits among the non-refund hits on that counter (as limiter.Evaluate).
-local hk, hL, hB, hf = {}, {}, {}, {}
+local hk, hL, hB, hf, odi = {}, {}, {}, {}, {}
+for k = 1, nk do
+  odi[k] = 0
+end
 for h = 1, nh do
   local b = hbase + (h - 1) * HIT_ARGS
   local k, L, B = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
@@ -888,6 +897,9 @@ for h = 1, nh do
     dec[k] = math.max(dec[k], n)
   else
     inc[k] = math.max(inc[k], n)
+    if f >= 16 then
+      odi[k] = math.max(odi[k], n)
+    end
   end
 end
 
@@ -899,6 +911,9 @@ for h = 1, nh do
   local shadow = math.floor(f / 2) % 2 == 1
   if refund then
     allowed[h], retry[h] = true, 0
+  elseif f >= 16 then
+    -- overdraw: allowed while one more hit fits
+    allowed[h], retry[h] = alg[k].decide(ra[k], r1[k], r2[k], win[k], hL[h], 1, hB[h], sub[k])
   elseif math.floor(f / 4) % 2 == 1 then
     allowed[h], retry[h] = false, win[k]
   else
@@ -936,12 +951,22 @@ end
 -- Consume, when admitted in mode "a": per counter the largest increment,
 -- then the largest refund. The hits of a counter that changed get the
 -- "if admitted" pair of the new state; each counter's undo token follows the
--- hits (0, 0 for one left as it was).
+-- hits (0, 0 for one left as it was). A counter with overdraw hits first
+-- takes their largest, in every mode and outcome (a report cannot be
+-- refused); its hits' "if denied" pair then describes that state, and an
+-- admitting call writes the rest of its growth over it, so that the undo
+-- token takes back only the rest.
 local consume = admitted and mode == 'a'
+local function remText(rem)
+  if rem >= 9223372036854775808 then
+    return string.format('%.0f', rem)
+  end
+  return rem
+end
 for k = 1, nk do
   local u1, u2 = 0, 0
   local first = nil -- the key's first hit, whose requests write takes
-  if consume then
+  if consume or odi[k] > 0 then
     for h = 1, nh do
       if hk[h] == k then
         first = h
@@ -950,18 +975,29 @@ for k = 1, nk do
     end
   end
   if first then
-    local A, w = alg[k], win[k]
-    local at, c1, c2
-    at, c1, c2, u1, u2 = A.write(KEYS[k], w, hL[first], ra[k], r1[k], r2[k], inc[k], dec[k], oa[k], o1[k], o2[k], ox[k],
-      hB[first], sub[k])
-    if at ~= ra[k] or c1 ~= r1[k] or c2 ~= r2[k] then
+    local A, w, N = alg[k], win[k], sub[k]
+    local at, c1, c2 = ra[k], r1[k], r2[k]
+    if odi[k] > 0 then
+      at, c1, c2 = A.write(KEYS[k], w, hL[first], at, c1, c2, odi[k], 0, oa[k], o1[k], o2[k], ox[k], hB[first], N)
       for h = 1, nh do
         if hk[h] == k then
-          local rem, reset = A.report(at, c1, c2, w, hL[h], allowed[h], hB[h], sub[k])
-          if rem >= 9223372036854775808 then
-            rem = string.format('%.0f', rem)
+          local rem, reset = A.report(at, c1, c2, w, hL[h], allowed[h], hB[h], N)
+          out[7 * h - 1], out[7 * h] = remText(rem), reset -- hit h's 4th and 5th: 2 + 7*(h-1) + 4
+        end
+      end
+      if consume then
+        oa[k], o1[k], o2[k], ox[k], at, c1, c2 = A.read(KEYS[k], w, N)
+      end
+    end
+    if consume then
+      at, c1, c2, u1, u2 = A.write(KEYS[k], w, hL[first], at, c1, c2, inc[k] - odi[k], dec[k], oa[k], o1[k], o2[k], ox[k],
+        hB[first], N)
+      if at ~= ra[k] or c1 ~= r1[k] or c2 ~= r2[k] then
+        for h = 1, nh do
+          if hk[h] == k then
+            local rem, reset = A.report(at, c1, c2, w, hL[h], allowed[h], hB[h], N)
+            out[7 * h + 1], out[7 * h + 2] = remText(rem), reset -- hit h's 6th and 7th: 2 + 7*(h-1) + 6
           end
-          out[7 * h + 1], out[7 * h + 2] = rem, reset -- hit h's 6th and 7th: 2 + 7*(h-1) + 6
         end
       end
     end

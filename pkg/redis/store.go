@@ -39,10 +39,11 @@ const (
 	argsPerUndoKey = 5
 
 	// The flags of a hit.
-	flagRefund  = 1
-	flagShadow  = 2
-	flagExceeds = 4 // the key's growth is over the Limit's Capacity
-	flagQuota   = 8
+	flagRefund   = 1
+	flagShadow   = 2
+	flagExceeds  = 4 // the key's growth is over the Limit's Capacity
+	flagQuota    = 8
+	flagOverdraw = 16
 
 	// replyAdmitted and replyNow index the head of an "a" or "c" reply, of
 	// replyHead values.
@@ -383,8 +384,11 @@ func flags(h limiter.Hit, inc uint64, quotaSplit bool) int {
 	if h.Shadow || h.Quota && quotaSplit {
 		f |= flagShadow
 	}
-	if !h.Refund && inc > h.Limit.Capacity() {
+	if !h.Refund && !h.Limit.Overdraw && inc > h.Limit.Capacity() {
 		f |= flagExceeds
+	}
+	if h.Limit.Overdraw {
+		f |= flagOverdraw
 	}
 	if h.Quota {
 		f |= flagQuota

@@ -73,6 +73,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"AlgorithmsAreSeparateCounters", testAlgorithmsAreSeparateCounters},
 		{"AllOrNothingAcrossAlgorithms", testAllOrNothingAcrossAlgorithms},
 		{"RandomSequenceEveryAlgorithm", testRandomSequenceEveryAlgorithm},
+		{"Overdraw", testOverdraw},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -135,8 +136,8 @@ func (e *env) apply(hits ...limiter.Hit) []limiter.Result {
 	if !reflect.DeepEqual(got, want) {
 		e.t.Fatalf("Apply(%s) = %+v, want %+v (limiter.Evaluate)", describe(hits), got, want)
 	}
-	if admitted {
-		for i, h := range hits {
+	for i, h := range hits {
+		if admitted || overdrawn(hits, idOf(h)) {
 			e.counters[idOf(h)] = next[i]
 		}
 	}
@@ -740,6 +741,8 @@ func testRandomSequenceEveryAlgorithm(t *testing.T, e *env) {
 		algLimit(limiter.FixedWindow, 4, time.Second),
 		algLimit(limiter.SlidingLog, 5, 3*time.Second),
 		algLimit(limiter.Concurrency, 3, 2*time.Second),
+		{Requests: 6, Window: time.Second, Overdraw: true},
+		{Requests: 4, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 6, Overdraw: true},
 	}
 	for range 400 {
 		hits := make([]limiter.Hit, 1+r.IntN(4))
@@ -757,4 +760,43 @@ func testRandomSequenceEveryAlgorithm(t *testing.T, e *env) {
 			e.clk.Advance(ms(r.Int64N(3)))
 		}
 	}
+}
+
+// overdrawn reports whether a denied request still grows counter id: one of
+// its overdraw hits on it asks for hits.
+func overdrawn(hits []limiter.Hit, id counterID) bool {
+	for _, h := range hits {
+		if idOf(h) == id && h.Limit.Overdraw && !h.Refund && h.Hits > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// testOverdraw is the token budget of issue 13: check (hits 0), report the
+// tokens used; a report is counted even when it takes the counter over, so
+// the next check is denied; another tenant is unaffected; a request denied
+// by another limit still counts its overdraw hits (and only those).
+func testOverdraw(t *testing.T, e *env) {
+	l := limiter.Limit{Requests: 10_000, Window: time.Hour, SubWindows: 50, Overdraw: true}
+	a, b := e.key("tenant-a"), e.key("tenant-b")
+	check, report := hit(a, l, 0), hit(a, l, 8000)
+	e.expect([]limiter.Hit{check}, limiter.Result{Allowed: true, Remaining: 10_000})
+	e.expect([]limiter.Hit{report}, limiter.Result{Allowed: true, Remaining: 2000, ResetAfter: ms(3_672_000)})
+	e.expect([]limiter.Hit{check}, limiter.Result{Allowed: true, Remaining: 2000, ResetAfter: ms(3_672_000)})
+	// Over the limit with this report: counted all the same.
+	e.expect([]limiter.Hit{report}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(3_672_000)})
+	res := e.apply(check)
+	if res[0].Allowed || res[0].RetryAfter <= 0 {
+		t.Fatalf("check after 16000 of 10000 = %+v, want denied", res[0])
+	}
+	// A denied report is counted too (a report cannot be refused).
+	e.apply(report)
+	e.expect([]limiter.Hit{hit(b, l, 0)}, limiter.Result{Allowed: true, Remaining: 10_000})
+	// Denied by another limit: the overdraw hit counts, the other does not.
+	other := hit(e.key("other"), limit(5, time.Hour), 1)
+	e.apply(hit(e.key("full"), limit(0, time.Hour), 1), hit(b, l, 3000), other)
+	e.expect([]limiter.Hit{hit(b, l, 0), hit(e.key("other"), limit(5, time.Hour), 0)},
+		limiter.Result{Allowed: true, Remaining: 7000, ResetAfter: ms(3_672_000)},
+		limiter.Result{Allowed: true, Remaining: 5})
 }
