@@ -312,6 +312,7 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 		{"algorithm", state(b, rl.Algorithm, path+".algorithm"), rl.Algorithm.KeyPos},
 		{"burst", state(b, rl.Burst, path+".burst"), rl.Burst.KeyPos},
 		{"sub_windows", state(b, rl.SubWindows, path+".sub_windows"), rl.SubWindows.KeyPos},
+		{"overdraw", state(b, rl.Overdraw, path+".overdraw"), rl.Overdraw.KeyPos},
 	} {
 		if f.state == FieldSet {
 			b.errorAt(f.pos, path+"."+f.key, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", f.key)
@@ -400,6 +401,14 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 		}
 	} else if l.Algorithm == limiter.SlidingWindow {
 		l.SubWindows = limiter.DefaultSubWindows // divides every whole second
+	}
+	if f := rl.Overdraw; state(b, f, path+".overdraw") == FieldSet {
+		if f.Value && (l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.Concurrency) {
+			b.errorAt(f.KeyPos, path+".overdraw", "overdraw with algorithm %s (it keeps one entry per admitted hit; overdraw needs sliding_window, token_bucket or fixed_window)", l.Algorithm)
+		} else {
+			v := f.Value
+			l.Overdraw = &v
+		}
 	}
 	if l.Unit == UnitUnknown || !clean || len(b.errs) > errs {
 		return

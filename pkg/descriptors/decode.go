@@ -19,7 +19,7 @@ var (
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"unit_multiplier", "algorithm", "burst", "sub_windows"}
+		"unit_multiplier", "algorithm", "burst", "sub_windows", "overdraw"}
 	replacesKeys = []string{"name"}
 )
 
@@ -271,6 +271,7 @@ func (p *decoder) rateLimit(n *yaml.Node, path string, depth int) *RateLimitNode
 		Algorithm:       get(p, m, "algorithm", path, p.str),
 		Burst:           get(p, m, "burst", path, p.uint32(1)),
 		SubWindows:      get(p, m, "sub_windows", path, p.uint32(1)),
+		Overdraw:        get(p, m, "overdraw", path, p.boolean),
 	}
 }
 

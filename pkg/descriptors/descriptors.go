@@ -106,6 +106,12 @@ type Limit struct {
 	// unset. Always 0 for the other algorithms. Part of the counter's
 	// identity: changing it starts the counter anew.
 	SubWindows uint8
+	// Overdraw is rate_limit.overdraw, a Sluice addition: the counter takes
+	// every hit it is sent, admitted or not, and admits while it is under
+	// the limit (limiter.Limit.Overdraw). nil when unset: the service's
+	// default (the --overdraw setting) decides. Never true for sliding_log
+	// or concurrency.
+	Overdraw *bool
 }
 
 // Store returns the limiter.Limit that counts l: its rate, window and

@@ -125,6 +125,8 @@ type RateLimitNode struct {
 	// SubWindows is sub_windows (a Sluice addition): a sliding_window's
 	// counters per window, 1 to limiter.MaxSubWindows.
 	SubWindows Field[uint32]
+	// Overdraw is overdraw (a Sluice addition).
+	Overdraw Field[bool]
 }
 
 // ReplaceNode is one entry of rate_limit.replaces.

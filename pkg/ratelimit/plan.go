@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
@@ -10,7 +11,7 @@ import (
 // apart by window and algorithm. It records in sc.idx, per Status, the index
 // of its first hit (-1 when not counted; the others follow it) and returns
 // the hits (sc.hits).
-func plan(d *Decision, req *Request, sc *scratch) []limiter.Hit {
+func plan(d *Decision, req *Request, sc *scratch, overdrawDefault bool) []limiter.Hit {
 	hits := sc.hits[:0]
 	sc.idx = grow(sc.idx, len(d.Statuses))
 	for i := range d.Statuses {
@@ -30,10 +31,20 @@ func plan(d *Decision, req *Request, sc *scratch) []limiter.Hit {
 		}
 		for _, ls := range st.Limits {
 			h.Limit = ls.Limit.Store()
+			h.Limit.Overdraw = overdraw(ls.Limit, overdrawDefault)
 			hits = append(hits, h)
 		}
 	}
 	return hits
+}
+
+// overdraw is l's overdraw: its config's, else the service's default for
+// the algorithms that can overdraw.
+func overdraw(l *descriptors.Limit, def bool) bool {
+	if l.Overdraw != nil {
+		return *l.Overdraw
+	}
+	return def && l.Algorithm != limiter.SlidingLog && l.Algorithm != limiter.Concurrency
 }
 
 // hitsAddend follows RateLimitDescriptor.hits_addend and
