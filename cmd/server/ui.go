@@ -193,12 +193,13 @@ type limitView struct {
 	Algorithm       string   `json:"algorithm"`
 	Burst           uint32   `json:"burst,omitempty"`
 	SubWindows      uint8    `json:"sub_windows,omitempty"`
+	Overdraw        *bool    `json:"overdraw,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 }
 
 func describeLimit(l *descriptors.Limit) *limitView {
 	v := &limitView{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String(), Window: l.Window().String(),
-		Algorithm: l.Algorithm.String(), Burst: l.Burst, SubWindows: l.SubWindows, Replaces: l.Replaces}
+		Algorithm: l.Algorithm.String(), Burst: l.Burst, SubWindows: l.SubWindows, Overdraw: l.Overdraw, Replaces: l.Replaces}
 	if l.UnitMultiplier > 1 {
 		v.UnitMultiplier = l.UnitMultiplier
 	}
