@@ -63,30 +63,8 @@ type Comparison struct {
 // ones. The result is deterministic.
 func Compare(o TraceOptions, vs []Variant) *Comparison {
 	o = o.withDefaults()
-	type job struct {
-		s   Source
-		max int
-	}
-	var jobs []job
-	var total int64
-	var buf []int64
 	c := &Comparison{Options: o}
-	for id := 0; total < o.Requests; id++ {
-		s, r := newSource(o.Seed, id)
-		s.Limit = o.limitOf(s.Limit)
-		m := int(min(int64(o.MaxPerSource), o.Requests-total))
-		buf = s.times(r, o, buf, m)
-		total += int64(len(buf))
-		ok := true
-		for _, v := range vs {
-			ok = ok && v.Of(s.Limit).Validate() == nil
-		}
-		if !ok {
-			c.Skipped++
-			continue
-		}
-		jobs = append(jobs, job{s, m})
-	}
+	jobs := c.plan(vs)
 	per := make([][]VariantResult, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -125,6 +103,38 @@ func Compare(o TraceOptions, vs []Variant) *Comparison {
 		c.Results[j] = res
 	}
 	return c
+}
+
+// compareJob is one source Compare replays, with its request cap.
+type compareJob struct {
+	s   Source
+	max int
+}
+
+// plan draws the trace's sources in order (so that it is deterministic),
+// counting in c.Skipped those whose limit some variant cannot count.
+func (c *Comparison) plan(vs []Variant) []compareJob {
+	o := c.Options
+	var jobs []compareJob
+	var total int64
+	var buf []int64
+	for id := 0; total < o.Requests; id++ {
+		s, r := newSource(o.Seed, id)
+		s.Limit = o.limitOf(s.Limit)
+		m := int(min(int64(o.MaxPerSource), o.Requests-total))
+		buf = s.times(r, o, buf, m)
+		total += int64(len(buf))
+		ok := true
+		for _, v := range vs {
+			ok = ok && v.Of(s.Limit).Validate() == nil
+		}
+		if !ok {
+			c.Skipped++
+			continue
+		}
+		jobs = append(jobs, compareJob{s, m})
+	}
+	return jobs
 }
 
 // replayVariant replays one source's times through l and an exact log.
