@@ -2,6 +2,7 @@ package accuracy
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,30 @@ func TestReplayDeterministic(t *testing.T) {
 	}
 	if c := Replay(TraceOptions{Seed: 12, Requests: 50_000}); c.Total == a.Total {
 		t.Errorf("seeds 11 and 12 gave the same trace")
+	}
+}
+
+// TestCompare: on a small trace, every sliding window with N > 1 and the
+// sliding log stay within the limit in every window, the sliding log agrees
+// with the exact log on every request, and more sub-windows admit more.
+func TestCompare(t *testing.T) {
+	c := Compare(TraceOptions{Seed: 5, Requests: 200_000, Limit: limiter.Limit{Requests: 100, Window: time.Minute}}, Variants())
+	prev := 0.0
+	for _, r := range c.Results {
+		switch {
+		case r.Variant == "sliding_log":
+			if r.MaxPeak > 1 || r.Over+r.Under != 0 {
+				t.Errorf("sliding_log: %+v, want exact", r)
+			}
+		case strings.HasPrefix(r.Variant, "sliding_window") && r.Variant != "sliding_window N=1":
+			if r.MaxPeak > 1 {
+				t.Errorf("%s: worst window %.3f of the limit, want <= 1", r.Variant, r.MaxPeak)
+			}
+			ratio := share(r.Admitted, r.Exact)
+			if ratio < prev {
+				t.Errorf("%s admits %.4f of the log's, less than fewer sub-windows (%.4f)", r.Variant, ratio, prev)
+			}
+			prev = ratio
+		}
 	}
 }

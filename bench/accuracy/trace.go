@@ -63,6 +63,9 @@ type TraceOptions struct {
 	// MaxPerSource caps one source's requests, so that no single fast source
 	// dominates the trace. Default 200,000.
 	MaxPerSource int
+	// Limit, when its Window is set, is every source's limit (Compare only),
+	// instead of one drawn from the mix.
+	Limit limiter.Limit
 }
 
 func (o TraceOptions) withDefaults() TraceOptions {

@@ -246,19 +246,23 @@ func TestConfigShowsRules(t *testing.T) {
 	if len(out.ConfigVersion) != 12 || out.ConfigVersion != configVersion(srv.core.Config()) || out.Version == "" {
 		t.Errorf("/config config_version = %q, version %q; want the 12 hex digits of configVersion and the binary's", out.ConfigVersion, out.Version)
 	}
-	if len(out.Rules) != 1 || out.Rules[0].Domain != "edge" || out.Rules[0].File != "../../config/edge.yaml" {
+	// config/: algorithms.yaml and edge.yaml, by domain.
+	if len(out.Rules) != 2 || out.Rules[0].Domain != "algorithms" || out.Rules[1].Domain != "edge" || out.Rules[1].File != "../../config/edge.yaml" {
 		t.Fatalf("/config rules = %+v", out.Rules)
 	}
-	ds := out.Rules[0].Descriptors
-	if len(ds) != 5 {
-		t.Fatalf("%d top-level descriptors, want 5", len(ds))
+	ds := out.Rules[1].Descriptors
+	if len(ds) != 7 {
+		t.Fatalf("%d top-level descriptors, want 7", len(ds))
+	}
+	if ds[4].Key != "token_budget" || ds[5].Limit == nil || ds[5].Limit.Algorithm != "concurrency" {
+		t.Errorf("token_budget and streams = %+v / %+v", ds[4], ds[5])
 	}
 	l := ds[0].Descriptors[0].Limit
 	if ds[0].Key != "api_key" || ds[0].Rule != "per_api_key" || ds[0].Limit.RequestsPerUnit != 100 ||
 		l == nil || l.Name != "search_per_api_key" || l.Window != "1m0s" || l.Algorithm != "sliding_window" || l.Unit != "minute" {
 		t.Errorf("api_key tree = %+v / %+v", ds[0], ds[0].Descriptors)
 	}
-	if !ds[1].Unlimited || ds[3].Value != "/v1/reports/*" || !ds[3].ShareThreshold || !ds[4].ShadowMode {
+	if !ds[1].Unlimited || ds[3].Value != "/v1/reports/*" || !ds[3].ShareThreshold || !ds[6].ShadowMode {
 		t.Errorf("flags lost: %+v", ds)
 	}
 }

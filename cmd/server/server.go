@@ -200,6 +200,7 @@ func (srv *server) newServices() error {
 		Metrics:     coreMetrics,
 		Observers:   append(observers, srv.observers()...),
 		ShadowMode:  s.ShadowMode,
+		Overdraw:    s.Overdraw,
 	})
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,

@@ -413,7 +413,7 @@ func TestCheckCommand(t *testing.T) {
 	if code := cli([]string{"check", "../../config"}, &out, &errOut, func(string) string { return "" }); code != 0 {
 		t.Fatalf("check config = %d, stderr %s", code, errOut.String())
 	}
-	if got := out.String(); got != "ok: 1 domain in 1 file\n" {
+	if got := out.String(); got != "ok: 2 domains in 2 files\n" { // edge.yaml, algorithms.yaml
 		t.Errorf("check output %q", got)
 	}
 }

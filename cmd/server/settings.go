@@ -36,6 +36,7 @@ type settings struct {
 	CompatMetrics   bool
 	Healthcheck     string
 	ShadowMode      bool
+	Overdraw        bool
 	CompatNames     string
 	RedisTLSCert    string
 	RedisTLSKey     string
@@ -149,6 +150,7 @@ func (s *settings) table() []setting {
 		{"response-headers", "headers for Envoy to add: draft, compat, draft,compat or none", "draft", &s.ResponseHeaders},
 		{"compat-header-names", "names of the compat headers: the limit, the remaining and the reset", defaultCompatNames, &s.CompatNames},
 		{"shadow-mode", "put every limit in shadow mode: counted and measured, never denying", "false", &s.ShadowMode},
+		{"overdraw", "count every hit a limit is sent, admitted or not (response cost, token budgets), for rules whose rate_limit sets no overdraw (configs over xDS cannot)", "false", &s.Overdraw},
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
 		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},

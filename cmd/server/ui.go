@@ -172,6 +172,7 @@ type ruleView struct {
 	Value          string         `json:"value,omitempty"`
 	Rule           string         `json:"rule"` // the name metrics and the status page use
 	Limit          *limitView     `json:"rate_limit,omitempty"`
+	Limits         []*limitView   `json:"rate_limits,omitempty"` // a rule with several limits: all of them
 	Unlimited      bool           `json:"unlimited,omitempty"`
 	ShadowMode     bool           `json:"shadow_mode,omitempty"`
 	QuotaMode      bool           `json:"quota_mode,omitempty"`
@@ -190,7 +191,19 @@ type limitView struct {
 	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
 	Window          string   `json:"window"`
 	Algorithm       string   `json:"algorithm"`
+	Burst           uint32   `json:"burst,omitempty"`
+	SubWindows      uint8    `json:"sub_windows,omitempty"`
+	Overdraw        *bool    `json:"overdraw,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
+}
+
+func describeLimit(l *descriptors.Limit) *limitView {
+	v := &limitView{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String(), Window: l.Window().String(),
+		Algorithm: l.Algorithm.String(), Burst: l.Burst, SubWindows: l.SubWindows, Overdraw: l.Overdraw, Replaces: l.Replaces}
+	if l.UnitMultiplier > 1 {
+		v.UnitMultiplier = l.UnitMultiplier
+	}
+	return v
 }
 
 // describeConfig renders cfg for /config; nil for no config.
@@ -212,10 +225,11 @@ func describeRules(domain string, rules []*descriptors.Rule) []ruleView {
 			if l.Name != "" {
 				v.Rule = l.Name
 			}
-			v.Limit = &limitView{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String(), Window: l.Window().String(),
-				Algorithm: l.Algorithm.String(), Replaces: l.Replaces}
-			if l.UnitMultiplier > 1 {
-				v.Limit.UnitMultiplier = l.UnitMultiplier
+			v.Limit = describeLimit(l)
+		}
+		if len(r.Limits) > 1 {
+			for _, l := range r.Limits {
+				v.Limits = append(v.Limits, describeLimit(l))
 			}
 		}
 		out = append(out, v)

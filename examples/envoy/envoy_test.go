@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/envoysim"
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 
 	// Every typed_config "@type" in envoy.yaml must resolve, so each
 	// extension it names is linked in (the ones used by name above register
@@ -99,6 +101,8 @@ func TestEnvoyYAML(t *testing.T) {
 			"edge [generic_key=beta_upload]",
 			"edge [path=<:path>]",
 			"edge [remote_address=<client address>]",
+			"edge [streams=<x-api-key>]",
+			"edge [token_budget=<x-api-key>]",
 		}
 		sent, errs := simulate(b)
 		for _, err := range errs {
@@ -518,7 +522,15 @@ func route(rl rateLimitFilter, req envoysim.Request) (*routev3.Route, []envoysim
 					return nil, nil, fmt.Errorf("route %q: rate_limits[%d]: %w", r.GetName(), i, err)
 				}
 				if ok && len(es) > 0 {
-					out = append(out, envoysim.Descriptor{Req: req, Route: r.GetName(), Domain: rl.filter.GetDomain(), Entries: es})
+					d := envoysim.Descriptor{Req: req, Route: r.GetName(), Domain: rl.filter.GetDomain(), Entries: es,
+						StreamDone: lim.GetApplyOnStreamDone(), NegativeHits: lim.GetHitsAddend().GetIsNegativeHits()}
+					switch ha := lim.GetHitsAddend(); {
+					case ha.GetNumber() != nil:
+						d.HitsAddend = strconv.FormatUint(ha.GetNumber().GetValue(), 10)
+					case ha.GetFormat() != "":
+						d.HitsAddend = ha.GetFormat()
+					}
+					out = append(out, d)
 				}
 			}
 			return r, out, nil
@@ -551,4 +563,54 @@ func routeMatches(m *routev3.RouteMatch, req envoysim.Request) (bool, error) {
 		return false, nil
 	}
 	return envoysim.HeadersMatch(m.GetHeaders(), req)
+}
+
+// TestEnvoyYAMLUsageRoutes: the chat route checks the key's token budget on
+// the request path (hits 0) and reports x-tokens-used when the stream ends;
+// the stream route acquires a slot and releases it at the stream's end.
+// config/ has an overdraw budget and a concurrency limit for them.
+func TestEnvoyYAMLUsageRoutes(t *testing.T) {
+	b, err := parseBootstrap(readFile(t, envoyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := descriptors.Load(configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want []string // entries, hits_addend, negative, stream done
+	}{
+		{"/v1/chat", []string{"[api_key=alice] hits= negative=false done=false", "[token_budget=alice] hits=0 negative=false done=false",
+			"[token_budget=alice] hits=%RESP(x-tokens-used)% negative=false done=true"}},
+		{"/v1/stream", []string{"[api_key=alice] hits= negative=false done=false", "[streams=alice] hits= negative=false done=false",
+			"[streams=alice] hits=1 negative=true done=true"}},
+	} {
+		sent, err := sendFor(b, newRequest(tc.path, map[string]string{"x-api-key": "alice"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range sent {
+			got = append(got, fmt.Sprintf("%s hits=%s negative=%v done=%v", envoysim.FormatEntries(d.Entries), d.HitsAddend, d.NegativeHits, d.StreamDone))
+			es := make([]descriptors.Entry, len(d.Entries))
+			for i, e := range d.Entries {
+				es[i] = e.Entry
+			}
+			r := cfg.Match("edge", es)
+			switch {
+			case r == nil || r.Limit == nil:
+				t.Errorf("%s: %v matches no limit in config/", tc.path, es)
+			case d.Entries[0].Key == "api_key":
+			case tc.path == "/v1/chat" && (r.Limit.Overdraw == nil || !*r.Limit.Overdraw):
+				t.Errorf("%s: the token budget rule %s does not overdraw: a report over the budget would not count", tc.path, r.FullKey)
+			case tc.path == "/v1/stream" && r.Limit.Algorithm != limiter.Concurrency:
+				t.Errorf("%s: rule %s counts with %v, want concurrency", tc.path, r.FullKey, r.Limit.Algorithm)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("descriptors for %s = %q, want %q", tc.path, got, tc.want)
+		}
+	}
 }

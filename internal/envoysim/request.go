@@ -105,6 +105,15 @@ type Descriptor struct {
 	Route   string // the name of the route whose rate_limits produced it
 	Domain  string // the rate limit filter's domain
 	Entries []Entry
+	// HitsAddend is the rate limit's hits_addend as configured: "" when
+	// unset (the request's hits), a number, or a format Envoy fills in
+	// ("%RESP(x-tokens-used)%").
+	HitsAddend string
+	// NegativeHits is hits_addend.is_negative_hits: the hits are given back.
+	NegativeHits bool
+	// StreamDone is apply_on_stream_done: Envoy sends the descriptor when
+	// the stream ends, not on the request path, and ignores the answer.
+	StreamDone bool
 }
 
 // Shape names d with every request-derived value replaced by its source,

@@ -258,9 +258,21 @@ func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int)
 	r.Metadata = n.Metadata
 	if n.RateLimit != nil {
 		r.Limit, r.Unlimited = b.rateLimit(n.RateLimit, path+".rate_limit")
+		if r.Limit != nil {
+			r.Limits = []*Limit{r.Limit}
+		}
+	}
+	if state(b, n.RateLimits, path+".rate_limits") == FieldSet {
+		if n.RateLimit != nil {
+			b.errorAt(n.RateLimits.KeyPos, path+".rate_limits", "rate_limits with rate_limit (put every limit in rate_limits)")
+		}
+		r.Limits = b.rateLimitList(n.RateLimits, path+".rate_limits")
+		if len(r.Limits) > 0 {
+			r.Limit = r.Limits[0]
+		}
 	}
 	r.Children = b.descriptors(n.Descriptors, path+".descriptors", r.FullKey+".", r.Lineage, depth+1)
-	if n.RateLimit == nil && len(r.Children) == 0 {
+	if n.RateLimit == nil && n.RateLimits.State == FieldAbsent && len(r.Children) == 0 {
 		b.warnAt(n.Pos, path, "no rate_limit and no descriptors: a request that matches here is never limited")
 	}
 	return r
@@ -298,6 +310,9 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 		{"requests_per_unit", state(b, rl.RequestsPerUnit, path+".requests_per_unit"), rl.RequestsPerUnit.KeyPos},
 		{"unit_multiplier", state(b, rl.UnitMultiplier, path+".unit_multiplier"), rl.UnitMultiplier.KeyPos},
 		{"algorithm", state(b, rl.Algorithm, path+".algorithm"), rl.Algorithm.KeyPos},
+		{"burst", state(b, rl.Burst, path+".burst"), rl.Burst.KeyPos},
+		{"sub_windows", state(b, rl.SubWindows, path+".sub_windows"), rl.SubWindows.KeyPos},
+		{"overdraw", state(b, rl.Overdraw, path+".overdraw"), rl.Overdraw.KeyPos},
 	} {
 		if f.state == FieldSet {
 			b.errorAt(f.pos, path+"."+f.key, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", f.key)
@@ -313,6 +328,7 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 // limit fills l from the counting fields of rl: unit, requests_per_unit,
 // unit_multiplier (within MaxWindow) and algorithm.
 func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
+	errs := len(b.errs)
 	switch f := rl.Unit; state(b, f, path+".unit") {
 	case FieldAbsent:
 		b.errorAt(rl.Pos, path+".unit", "missing unit (want %s)", unitChoices)
@@ -347,8 +363,135 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 			l.Algorithm = a
 		} else {
 			b.errorAt(f.Pos, path+".algorithm", "unknown algorithm %s (want %s)", quote(f.Value), algorithmChoices())
+			return
 		}
 	}
+	b.parameters(rl, path, l, len(b.errs) == errs)
+}
+
+// parameters fills and checks the algorithm parameters of l from rl: burst,
+// sub_windows (DefaultSubWindows when unset), the sliding log's cap and the
+// token bucket's precision, these last only when the limit so far is clean.
+// l's algorithm is known.
+func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean bool) {
+	errs := len(b.errs)
+	if f := rl.Burst; state(b, f, path+".burst") == FieldSet {
+		switch {
+		case l.Algorithm != limiter.TokenBucket:
+			b.errorAt(f.KeyPos, path+".burst", "burst with algorithm %s (only token_bucket has a burst)", l.Algorithm)
+		case f.Value < 1:
+			b.errorAt(f.Pos, path+".burst", "want an integer from 1 to %d, got the integer 0", uint64(math.MaxUint32))
+		case rl.RequestsPerUnit.State == FieldSet && l.RequestsPerUnit == 0:
+			b.errorAt(f.KeyPos, path+".burst", "burst with requests_per_unit: 0 (a bucket that never refills; remove burst to deny every hit)")
+		default:
+			l.Burst = f.Value
+		}
+	}
+	if f := rl.SubWindows; state(b, f, path+".sub_windows") == FieldSet {
+		w := l.Window().Milliseconds()
+		switch {
+		case l.Algorithm != limiter.SlidingWindow:
+			b.errorAt(f.KeyPos, path+".sub_windows", "sub_windows with algorithm %s (only sliding_window has sub-windows)", l.Algorithm)
+		case f.Value < 1 || f.Value > limiter.MaxSubWindows:
+			b.errorAt(f.Pos, path+".sub_windows", "want an integer from 1 to %d, got the integer %d", limiter.MaxSubWindows, f.Value)
+		case l.Unit != UnitUnknown && w%int64(f.Value) != 0:
+			b.errorAt(f.Pos, path+".sub_windows", "%d does not divide the window (%d ms) into whole milliseconds", f.Value, w)
+		default:
+			l.SubWindows = uint8(f.Value)
+		}
+	} else if l.Algorithm == limiter.SlidingWindow {
+		l.SubWindows = limiter.DefaultSubWindows // divides every whole second
+	}
+	if f := rl.Overdraw; state(b, f, path+".overdraw") == FieldSet {
+		if f.Value && (l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.Concurrency) {
+			b.errorAt(f.KeyPos, path+".overdraw", "overdraw with algorithm %s (it keeps one entry per admitted hit; overdraw needs sliding_window, token_bucket or fixed_window)", l.Algorithm)
+		} else {
+			v := f.Value
+			l.Overdraw = &v
+		}
+	}
+	if l.Unit == UnitUnknown || !clean || len(b.errs) > errs {
+		return
+	}
+	switch err := l.Store().Validate(); {
+	case err == nil:
+	case (l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.Concurrency) && l.RequestsPerUnit > limiter.MaxLogRequests:
+		b.errorAt(rl.RequestsPerUnit.Pos, path+".requests_per_unit", "%d is over %d, the most a %s counts (it keeps one entry per hit; use sliding_window for larger limits)",
+			l.RequestsPerUnit, limiter.MaxLogRequests, l.Algorithm)
+	default:
+		b.errorAt(rl.Pos, path, "%s", strings.TrimPrefix(err.Error(), "limiter: "))
+	}
+}
+
+// rateLimitList builds rate_limits at path: each item a limit of its own
+// (unlimited is not one), no two with the same window and algorithm.
+func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit {
+	if len(f.Value) == 0 {
+		b.errorAt(f.Pos, path, "empty rate_limits (want at least one limit, or remove it)")
+		return nil
+	}
+	type seen struct {
+		window time.Duration
+		alg    limiter.Algorithm
+	}
+	first := make(map[seen]int)
+	var limits []*Limit
+	for i, rl := range f.Value {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		if rl == nil {
+			b.undecoded(f.Pos, ipath)
+			continue
+		}
+		if u := rl.Unlimited; state(b, u, ipath+".unlimited") == FieldSet && u.Value {
+			b.errorAt(u.KeyPos, ipath+".unlimited", "unlimited in rate_limits (an unlimited rule has one rate_limit: {unlimited: true})")
+			continue
+		}
+		l, _ := b.rateLimit(rl, ipath)
+		if l == nil {
+			continue
+		}
+		k := seen{l.Window(), l.Algorithm}
+		if j, dup := first[k]; dup && l.Unit != UnitUnknown {
+			b.errorAt(rl.Pos, ipath, "a second limit with window %v and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
+				l.Window(), l.Algorithm, j)
+			continue
+		}
+		first[k] = i
+		limits = append(limits, l)
+	}
+	return limits
+}
+
+// windowName names a limit's window in a limit's default name: "1s",
+// "5m0s", "24h0m0s".
+func windowName(l *Limit) string { return l.Window().String() }
+
+// LimitName is the name responses and metrics give l, one of r's Limits, in
+// domain: l's name, else the rule's FullKey without the domain, followed
+// for a rule with several limits by "/" and l's window ("api.user/1s"), and
+// by "/" and its algorithm when another of the rule's limits has the same
+// window ("api.user/1m0s/token_bucket"). It is stable across reloads.
+func (r *Rule) LimitName(domain string, l *Limit) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return strings.TrimPrefix(r.FullKey, domain+".") + r.LimitSuffix(l)
+}
+
+// LimitSuffix tells l apart from r's other Limits in names and metric
+// labels: "" for a rule with one limit, else "/" and l's window, and "/"
+// and its algorithm when another limit of r has the same window.
+func (r *Rule) LimitSuffix(l *Limit) string {
+	if len(r.Limits) < 2 {
+		return ""
+	}
+	suffix := "/" + windowName(l)
+	for _, o := range r.Limits {
+		if o != l && o.Window() == l.Window() {
+			return suffix + "/" + l.Algorithm.String()
+		}
+	}
+	return suffix
 }
 
 // replaces builds rate_limit.replaces at path for the limit called self.

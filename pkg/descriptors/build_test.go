@@ -2,10 +2,12 @@ package descriptors_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // These tests build Documents by hand, as an xDS source converts
@@ -108,7 +110,7 @@ func TestBuildErrors(t *testing.T) {
 		{"sluice fields", []*descriptors.Document{xdsDoc("r", "d", xdsNode("k", "", multiplier), xdsNode("k", "v", algorithm))},
 			[]string{
 				`xds:r: descriptors[0].rate_limit.unit_multiplier: want an integer from 1 to 4294967295, got the integer 0`,
-				`xds:r: descriptors[1].rate_limit.algorithm: unknown algorithm "leaky" (want sliding_window)`,
+				`xds:r: descriptors[1].rate_limit.algorithm: unknown algorithm "leaky" (want sliding_window, token_bucket, fixed_window, sliding_log or concurrency)`,
 			}},
 		{"empty key and duplicate siblings", []*descriptors.Document{xdsDoc("r", "d",
 			xdsNode("", "", xdsLimit(1, "second")),
@@ -232,5 +234,49 @@ func TestFailureMode(t *testing.T) {
 	}
 	if c := mustParse(t, "domain: d\n"); c.Domain("d").FailureMode != descriptors.FailureModeUnset {
 		t.Errorf("no failure_mode = %v, want unset", c.Domain("d").FailureMode)
+	}
+}
+
+// TestAlgorithmFields: the algorithm fields load with their defaults, and a
+// rule's rate_limits become its Limits, named by window unless named.
+func TestAlgorithmFields(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "algorithms.yaml", Data: []byte(`
+domain: d
+descriptors:
+  - key: classic
+    rate_limit: {unit: minute, requests_per_unit: 10, sub_windows: 1}
+  - key: default
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 30, overdraw: true}
+  - key: multi
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: second, requests_per_unit: 15, algorithm: token_bucket}
+      - {unit: hour, requests_per_unit: 1000, name: hourly}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(k string) *descriptors.Rule { return cfg.Match("d", []descriptors.Entry{{Key: k, Value: "v"}}) }
+	if l := rule("classic").Limit; l.SubWindows != 1 || l.Overdraw != nil {
+		t.Errorf("classic = %+v, want sub_windows 1 and overdraw unset", l)
+	}
+	if l := rule("default").Limit; l.SubWindows != limiter.DefaultSubWindows || l.Algorithm != limiter.SlidingWindow {
+		t.Errorf("default = %+v, want %d sub-windows", l, limiter.DefaultSubWindows)
+	}
+	if l := rule("bucket").Limit; l.Algorithm != limiter.TokenBucket || l.Burst != 30 || l.SubWindows != 0 || l.Overdraw == nil || !*l.Overdraw {
+		t.Errorf("bucket = %+v", l)
+	}
+	m := rule("multi")
+	var names []string
+	for _, l := range m.Limits {
+		names = append(names, m.LimitName("d", l))
+	}
+	if want := []string{"multi/1s/sliding_window", "multi/1s/token_bucket", "hourly"}; m.Limit != m.Limits[0] || !slices.Equal(names, want) {
+		t.Errorf("multi: Limit %p, Limits %v named %q, want the first and %q", m.Limit, m.Limits, names, want)
+	}
+	if got := rule("default").LimitName("d", rule("default").Limit); got != "default" {
+		t.Errorf("a single limit's name = %q, want the rule's", got)
 	}
 }

@@ -50,8 +50,12 @@ type Rule struct {
 	// "domain.key_value.key2" (a key-only level is just "key").
 	FullKey string
 	// Limit is the rule's rate_limit, nil when the node has none or is
-	// Unlimited. A matched rule with a nil Limit is not counted.
+	// Unlimited. A matched rule with a nil Limit is not counted. For a rule
+	// with rate_limits it is the first of Limits.
 	Limit *Limit
+	// Limits are every limit of the rule, each its own counter: rate_limits
+	// in config order, or the one rate_limit; nil when Limit is.
+	Limits []*Limit
 	// Unlimited is rate_limit.unlimited: matched, never limited, not counted.
 	Unlimited bool
 	// ShadowMode, QuotaMode, DetailedMetric, ValueToMetric and

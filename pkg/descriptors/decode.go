@@ -16,10 +16,10 @@ import (
 // The keys each mapping may hold, in the order error messages list them.
 var (
 	fileKeys       = []string{"domain", "descriptors", "failure_mode"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"unit_multiplier", "algorithm"}
+		"unit_multiplier", "algorithm", "burst", "sub_windows", "overdraw"}
 	replacesKeys = []string{"name"}
 )
 
@@ -238,6 +238,9 @@ func (p *decoder) node(n *yaml.Node, path string, depth int) *Node {
 	if f, ok := m.fields["rate_limit"]; ok {
 		nd.RateLimit = p.rateLimit(f.val, path+".rate_limit", depth)
 	}
+	nd.RateLimits = get(p, m, "rate_limits", path, func(f field, path string) ([]*RateLimitNode, bool) {
+		return p.rateLimits(f.val, path, depth)
+	})
 	if f, ok := m.fields["descriptors"]; ok {
 		nd.Descriptors = p.descriptors(f.val, path+".descriptors", depth+1)
 	}
@@ -266,7 +269,31 @@ func (p *decoder) rateLimit(n *yaml.Node, path string, depth int) *RateLimitNode
 		RequestsPerUnit: get(p, m, "requests_per_unit", path, p.uint32(0)),
 		UnitMultiplier:  get(p, m, "unit_multiplier", path, p.uint32(minUnitMultiplier)),
 		Algorithm:       get(p, m, "algorithm", path, p.str),
+		Burst:           get(p, m, "burst", path, p.uint32(1)),
+		SubWindows:      get(p, m, "sub_windows", path, p.uint32(1)),
+		Overdraw:        get(p, m, "overdraw", path, p.boolean),
 	}
+}
+
+// rateLimits decodes rate_limits, a list of rate_limit mappings; an item
+// that is not a mapping (or is null) is a nil entry. ok is false (and an
+// error reported) when n is not a list.
+func (p *decoder) rateLimits(n *yaml.Node, path string, depth int) ([]*RateLimitNode, bool) {
+	n = deref(n)
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list of rate_limit mappings (unit, requests_per_unit, ...), got %s", describe(n))
+		return nil, false
+	}
+	items := make([]*RateLimitNode, len(n.Content))
+	for i, item := range n.Content {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		if isNull(deref(item)) {
+			p.errorf(deref(item), ipath, "want a rate_limit mapping (unit, requests_per_unit, ...), got null")
+			continue
+		}
+		items[i] = p.rateLimit(item, ipath, depth)
+	}
+	return items, true
 }
 
 // replaces decodes rate_limit.replaces, a list of {name: ...} mappings; an

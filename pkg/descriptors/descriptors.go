@@ -96,6 +96,29 @@ type Limit struct {
 	// Algorithm is rate_limit.algorithm, a Sluice addition, carried as is to
 	// the store: the zero value, limiter.SlidingWindow, when unset.
 	Algorithm limiter.Algorithm
+	// Burst is rate_limit.burst, a Sluice addition: a token_bucket's
+	// capacity in hits; 0 (unset) means RequestsPerUnit. Always 0 for the
+	// other algorithms.
+	Burst uint32
+	// SubWindows is rate_limit.sub_windows, a Sluice addition: a
+	// sliding_window's counters per window, from 1 (the classic two-counter
+	// estimate) to limiter.MaxSubWindows; limiter.DefaultSubWindows when
+	// unset. Always 0 for the other algorithms. Part of the counter's
+	// identity: changing it starts the counter anew.
+	SubWindows uint8
+	// Overdraw is rate_limit.overdraw, a Sluice addition: the counter takes
+	// every hit it is sent, admitted or not, and admits while it is under
+	// the limit (limiter.Limit.Overdraw). nil when unset: the service's
+	// default (the --overdraw setting) decides. Never true for sliding_log
+	// or concurrency.
+	Overdraw *bool
+}
+
+// Store returns the limiter.Limit that counts l: its rate, window and
+// algorithm with its parameters.
+func (l *Limit) Store() limiter.Limit {
+	return limiter.Limit{Requests: uint64(l.RequestsPerUnit), Window: l.Window(), Algorithm: l.Algorithm,
+		Burst: uint64(l.Burst), SubWindows: l.SubWindows}
 }
 
 // FailureMode is what a domain answers when the store fails: its

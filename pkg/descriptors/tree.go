@@ -79,6 +79,10 @@ type Node struct {
 	// RateLimit is rate_limit, nil when absent or null (a rule without a
 	// limit, or one the source could not decode).
 	RateLimit *RateLimitNode
+	// RateLimits is rate_limits (a Sluice addition): several limits on the
+	// node, each its own counter, instead of rate_limit; nil entries are
+	// items the source could not decode.
+	RateLimits Field[[]*RateLimitNode]
 	// Descriptors are the nested descriptors, with nil entries as in
 	// Document.Descriptors.
 	Descriptors []*Node
@@ -115,6 +119,14 @@ type RateLimitNode struct {
 	// Algorithm is algorithm (a Sluice addition) as spelled; Build parses
 	// it.
 	Algorithm Field[string]
+	// Burst is burst (a Sluice addition): a token_bucket's capacity, 1 or
+	// more.
+	Burst Field[uint32]
+	// SubWindows is sub_windows (a Sluice addition): a sliding_window's
+	// counters per window, 1 to limiter.MaxSubWindows.
+	SubWindows Field[uint32]
+	// Overdraw is overdraw (a Sluice addition).
+	Overdraw Field[bool]
 }
 
 // ReplaceNode is one entry of rate_limit.replaces.

@@ -12,10 +12,27 @@ import (
 type Algorithm uint8
 
 const (
-	// SlidingWindow is the sliding window counter: the count of the current
-	// fixed window plus the count of the previous one weighted by the share of
-	// it that still overlaps the sliding window (sliding.go).
+	// SlidingWindow is the sliding window counter (sliding.go): with one
+	// sub-window, the count of the current fixed window plus the count of
+	// the previous one weighted by the share of it that still overlaps the
+	// sliding window; with N > 1 (Limit.SubWindows), the counts of the N+1
+	// sub-windows that overlap the sliding window, each counted whole.
 	SlidingWindow Algorithm = iota
+	// TokenBucket is GCRA (token.go): a bucket of Limit.Burst tokens (default
+	// Requests) refilled at Requests per Window, stored as one theoretical
+	// arrival time.
+	TokenBucket
+	// FixedWindow is envoyproxy/ratelimit's counter (fixed.go): one count per
+	// epoch-aligned Window, but a denied request consumes nothing.
+	FixedWindow
+	// SlidingLog is the exact sliding log (log.go): the time of every
+	// admitted hit in the last Window. Requests is at most MaxLogRequests.
+	SlidingLog
+	// Concurrency counts requests in flight (log.go): an acquire adds hits, a
+	// refund (Envoy's is_negative_hits, sent when the stream ends) releases
+	// them, and a slot never released frees itself one Window after its
+	// acquire. Requests is at most MaxLogRequests.
+	Concurrency
 )
 
 // algorithms is the registry of algorithms, indexed by Algorithm: the one
@@ -26,6 +43,10 @@ var algorithms = [...]struct {
 	algorithm
 }{
 	SlidingWindow: {"sliding_window", slidingWindow{}},
+	TokenBucket:   {"token_bucket", tokenBucket{}},
+	FixedWindow:   {"fixed_window", fixedWindow{}},
+	SlidingLog:    {"sliding_log", slidingLog{release: releaseNewest}},
+	Concurrency:   {"concurrency", slidingLog{release: releaseOldest}},
 }
 
 // algorithm is the Go twin of one algorithm: how it reads, decides and
@@ -85,27 +106,37 @@ type algorithm interface {
 // every algorithm maps a state that no longer holds anything back to an
 // equivalent of it (see expires), so a store may drop such a counter.
 //
-// Today's algorithms use it as follows; an algorithm added later reads the
-// fields in its own way, as the comments of each sketch:
-//   - sliding_window: At is the window index floor(now_ms / window_ms); N1
-//     counts the hits in window At (cur) and N2 those in window At-1 (prev).
-//   - (fixed_window: At the window index, N1 the count.)
-//   - (token_bucket, GCRA: At the theoretical arrival time.)
-//   - (concurrency: N1 the requests in flight, At the last acquire.)
+// The algorithms use it as follows:
+//   - sliding_window, one sub-window: At is the window index
+//     floor(now_ms / window_ms); N1 counts the hits in window At (cur) and
+//     N2 those in window At-1 (prev).
+//   - sliding_window, N > 1 sub-windows: At is the sub-window index
+//     floor(now_ms / (window_ms/N)); Slots holds the counts of sub-windows
+//     At-N to At, oldest first (nil when all are zero).
+//   - token_bucket (GCRA): the theoretical arrival time TAT, the time at
+//     which the bucket is full again, is At + N1/N2 ms: At whole ms, N1 the
+//     fraction in units of 1/N2 ms, N2 the refill's denominator (see
+//     token.go).
+//   - fixed_window: At the window index, N1 the count.
+//   - sliding_log and concurrency: Slots holds the Unix ms time of every
+//     counted hit still in the window, ascending, one element per hit.
 //
-// An algorithm whose state does not fit (sub-window counts, a sliding log's
-// times) adds a field for it. Shared code never compares States and Evaluate
-// never changes a State it is given, so a slice field works: its algorithm
-// returns a new slice whenever the state changes. The fields are plain words,
-// not an array: Go passes a struct holding an array in memory, not in
-// registers, which made every step of Evaluate several times slower.
+// Shared code never compares States and Evaluate never changes a State it is
+// given, so the slice field works: its algorithm returns a new slice
+// whenever the state changes. The fields are plain words, not an array: Go
+// passes a struct holding an array in memory, not in registers, which made
+// every step of Evaluate several times slower.
 //
-// The Lua script holds the same state as (at, n1, n2).
+// The Lua script holds the same state in the key's own layout (a hash, or a
+// sorted set for the logs); each section says how.
 type State struct {
 	// At places the state in time: a window index or a Unix ms time.
 	At int64
 	// N1 and N2 are the algorithm's counts, in hits.
 	N1, N2 uint64
+	// Slots holds a variable number of counts or times, as the algorithm
+	// says; nil for the others.
+	Slots []int64
 }
 
 // MaxCount caps a stored count. Counts saturate there so that the Lua twin,

@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,8 +11,14 @@ import (
 
 func TestAlgorithmNames(t *testing.T) {
 	all := limiter.Algorithms()
-	if len(all) != 1 || all[0] != limiter.SlidingWindow {
-		t.Fatalf("Algorithms() = %v, want [sliding_window]", all)
+	want := []limiter.Algorithm{limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingLog, limiter.Concurrency}
+	if !slices.Equal(all, want) {
+		t.Fatalf("Algorithms() = %v, want %v", all, want)
+	}
+	for i, name := range []string{"sliding_window", "token_bucket", "fixed_window", "sliding_log", "concurrency"} {
+		if got := want[i].String(); got != name {
+			t.Errorf("Algorithm(%d).String() = %q, want %q", i, got, name)
+		}
 	}
 	for _, a := range all {
 		got, ok := limiter.ParseAlgorithm(a.String())
@@ -25,7 +32,7 @@ func TestAlgorithmNames(t *testing.T) {
 	if got := limiter.Algorithm(200).String(); got != "algorithm(200)" {
 		t.Errorf("Algorithm(200).String() = %q, want algorithm(200)", got)
 	}
-	for _, s := range []string{"", "Sliding_Window", "token_bucket", "algorithm(0)"} {
+	for _, s := range []string{"", "Sliding_Window", "token-bucket", "algorithm(0)"} {
 		if a, ok := limiter.ParseAlgorithm(s); ok {
 			t.Errorf("ParseAlgorithm(%q) = %v, true; want false", s, a)
 		}
@@ -42,7 +49,20 @@ func TestLimitValidate(t *testing.T) {
 		{limiter.Limit{}, "window"},
 		{limiter.Limit{Requests: 1, Window: -time.Second}, "window"},
 		{limiter.Limit{Requests: 1, Window: 1500 * time.Microsecond}, "window"},
-		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: 1}, "algorithm"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: 5}, "algorithm"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, SubWindows: 60}, ""},
+		{limiter.Limit{Requests: 1, Window: time.Second, SubWindows: 60}, "sub_windows"},
+		{limiter.Limit{Requests: 1, Window: time.Hour, SubWindows: 61}, "sub_windows"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Burst: 2}, "burst"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.TokenBucket, Burst: 2}, ""},
+		{limiter.Limit{Requests: 0, Window: time.Minute, Algorithm: limiter.TokenBucket, Burst: 2}, "burst"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.TokenBucket, SubWindows: 2}, "sub_windows"},
+		{limiter.Limit{Requests: 1 << 40, Window: 24 * time.Hour, Algorithm: limiter.TokenBucket}, "burst"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.FixedWindow, Burst: 1}, "burst"},
+		{limiter.Limit{Requests: 1000, Window: time.Minute, Algorithm: limiter.SlidingLog}, ""},
+		{limiter.Limit{Requests: 1001, Window: time.Minute, Algorithm: limiter.SlidingLog}, "requests"},
+		{limiter.Limit{Requests: 1001, Window: time.Minute, Algorithm: limiter.Concurrency}, "requests"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.Concurrency, SubWindows: 2}, "sub_windows"},
 		{limiter.Limit{Requests: 1, Algorithm: 200}, "algorithm"},
 	} {
 		err := tc.l.Validate()
@@ -58,6 +78,12 @@ func TestLimitValidate(t *testing.T) {
 func TestLimitCapacity(t *testing.T) {
 	if got := (limiter.Limit{Requests: 7, Window: time.Second}).Capacity(); got != 7 {
 		t.Errorf("sliding window Capacity() = %d, want Requests (7)", got)
+	}
+	if got := (limiter.Limit{Requests: 7, Window: time.Second, Algorithm: limiter.TokenBucket}).Capacity(); got != 7 {
+		t.Errorf("token bucket Capacity() = %d, want Requests (7)", got)
+	}
+	if got := (limiter.Limit{Requests: 7, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 20}).Capacity(); got != 20 {
+		t.Errorf("token bucket Capacity() = %d, want Burst (20)", got)
 	}
 	if got := (limiter.Limit{Requests: 7, Window: time.Second, Algorithm: 200}).Capacity(); got != 0 {
 		t.Errorf("unknown algorithm Capacity() = %d, want 0", got)

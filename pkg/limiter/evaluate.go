@@ -19,7 +19,10 @@ import (
 // the largest among its refunds, never below empty, saturating at MaxCount.
 // Every hit is decided with the growth its counter takes (that largest Hits),
 // each against its own Limit; a hit with more Hits than its Limit's Capacity
-// is never Allowed (ExceedsLimit, RetryAfter one Window).
+// is never Allowed (ExceedsLimit, RetryAfter one Window). An Overdraw hit is
+// Allowed while one more hit fits, whatever its Hits, and its counter grows
+// by the largest Hits among its overdraw hits even when the request is
+// denied (Limit.Overdraw).
 //
 // The arithmetic is done in float64 in the same order as the Lua script, so
 // both agree bit for bit; see sliding.go for where it is exact.
@@ -50,10 +53,17 @@ type evalScratch struct {
 	growth []uint64 // inc, then dec: one allocation for both
 }
 
+// overdrawn reports whether the counter led by hit i grows by overdraw hits
+// even when the request is denied; valid after evaluate.
+func (sc *evalScratch) overdrawn(i int) bool {
+	n := len(sc.leader)
+	return sc.growth[2*n+i] > 0
+}
+
 // evaluate is Evaluate writing into results and next (both len(hits)) and
 // using sc for its working memory. Every Limit must already Validate.
 func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []State, sc *evalScratch) (admitted bool) {
-	leader, inc, dec := growth(hits, sc)
+	leader, inc, dec, od := growth(hits, sc)
 
 	// Roll every counter to now and decide each hit with the growth its
 	// counter will really take, so that a hit with fewer Hits (or a shadow
@@ -65,6 +75,10 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 		switch {
 		case h.Refund:
 			results[i] = Result{Allowed: true}
+		case h.Limit.Overdraw:
+			// Allowed while the counter is under the limit, whatever n.
+			ok, retry := a.decide(next[i], nowMs, h.Limit, 1)
+			results[i] = Result{Allowed: ok, RetryAfter: msDuration(retry)}
 		case n > a.capacity(h.Limit):
 			results[i] = Result{ExceedsLimit: true, RetryAfter: h.Limit.Window}
 		default:
@@ -75,13 +89,25 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 	admitted = MarkOverLimit(hits, results)
 
 	// Consume once per counter, on the state of its first hit, and give
-	// every hit of the counter the result.
-	if admitted {
-		for i, h := range hits {
-			if leader[i] == i {
-				next[i] = algorithms[h.Limit.Algorithm].consume(next[i], nowMs, h.Limit, inc[i], dec[i])
-			}
+	// every hit of the counter the result. A denied request still consumes
+	// its overdraw hits.
+	changed := false
+	for i, h := range hits {
+		if leader[i] != i {
+			continue
 		}
+		a := algorithms[h.Limit.Algorithm]
+		switch {
+		case admitted:
+			next[i] = a.consume(next[i], nowMs, h.Limit, inc[i], dec[i])
+		case od[i] > 0:
+			next[i] = a.consume(next[i], nowMs, h.Limit, od[i], 0)
+		default:
+			continue
+		}
+		changed = true
+	}
+	if changed {
 		for i := range hits {
 			next[i] = next[leader[i]]
 		}
@@ -97,21 +123,26 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 
 // growth maps each hit to the first hit on its counter (its leader) and
 // returns, indexed by leader, the largest Hits among the counter's
-// non-refund hits (inc) and among its refunds (dec). The slices are sc's.
-func growth(hits []Hit, sc *evalScratch) (leader []int, inc, dec []uint64) {
+// non-refund hits (inc), among its refunds (dec) and among its overdraw
+// non-refund hits (od, at most inc). The slices are sc's.
+func growth(hits []Hit, sc *evalScratch) (leader []int, inc, dec, od []uint64) {
 	n := len(hits)
 	sc.leader = groupLeaders(hits, grow(sc.leader, n))
-	sc.growth = grow(sc.growth, 2*n)
-	leader, inc, dec = sc.leader, sc.growth[:n:n], sc.growth[n:]
+	sc.growth = grow(sc.growth, 3*n)
+	leader, inc, dec, od = sc.leader, sc.growth[:n:n], sc.growth[n:2*n:2*n], sc.growth[2*n:]
 	for i, h := range hits {
 		l := leader[i]
-		if h.Refund {
+		switch {
+		case h.Refund:
 			dec[l] = max(dec[l], h.Hits)
-		} else {
+		case h.Limit.Overdraw:
+			od[l] = max(od[l], h.Hits)
+			inc[l] = max(inc[l], h.Hits)
+		default:
 			inc[l] = max(inc[l], h.Hits)
 		}
 	}
-	return leader, inc, dec
+	return leader, inc, dec, od
 }
 
 // groupLeaders maps each hit to the first hit with the same counter identity,
@@ -125,7 +156,8 @@ func groupLeaders(hits []Hit, leader []int) []int {
 				// Field by field, the cheap ones first: comparing counterIDs
 				// costs a call per pair.
 				o := &hits[j]
-				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key {
+				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key &&
+					(o.Limit.SubWindows == h.Limit.SubWindows || o.Limit.SubWindowCount() == h.Limit.SubWindowCount()) {
 					leader[i] = j
 					break
 				}
@@ -146,15 +178,17 @@ func groupLeaders(hits []Hit, leader []int) []int {
 	return leader
 }
 
-// counterID is the identity of one counter, as DESIGN.md section 3 fixes it.
+// counterID is the identity of one counter, as DESIGN.md section 3 fixes it
+// (Hit documents it).
 type counterID struct {
 	key    string
 	window time.Duration
 	alg    Algorithm
+	sub    uint8 // Limit.SubWindowCount()
 }
 
 func idOf(h Hit) counterID {
-	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm}
+	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm, sub: uint8(h.Limit.SubWindowCount())}
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

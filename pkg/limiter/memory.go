@@ -230,11 +230,10 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	for i := range hits {
 		sc.states[i] = s.shards[sc.shard[i]].m[sc.ids[i]].s
 	}
-	if !evaluate(nowMs, hits, sc.states, results, sc.next, &sc.ev) {
-		return
-	}
+	admitted := evaluate(nowMs, hits, sc.states, results, sc.next, &sc.ev)
 	for i, h := range hits {
-		if sc.ev.leader[i] == i {
+		// A denied request changes only the counters its overdraw hits grew.
+		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
 			expires := algorithms[h.Limit.Algorithm].expires(sc.next[i], h.Limit)
 			s.shards[sc.shard[i]].put(sc.ids[i], memEntry{sc.next[i], expires}, nowMs, s.shardCap, sc.ids)
 		}

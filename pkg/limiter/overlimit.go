@@ -26,7 +26,7 @@ type OverLimitOptions struct {
 // until its RetryAfter runs out, so an abusive client that keeps retrying
 // costs no store call. It wraps another Store and is safe for concurrent use.
 //
-// It is exact for algorithms whose denials hold (the sliding window counter):
+// It is exact for algorithms whose denials hold (every one but concurrency):
 // a denied request consumed nothing, and with no further traffic the estimate
 // of a denying counter only falls, reaching the point where the same hits fit
 // exactly after RetryAfter; other traffic (from any Sluice instance) only
@@ -41,7 +41,8 @@ type OverLimitOptions struct {
 // RetryAfter has passed Allowed again and OverLimit recomputed by
 // MarkOverLimit; the Remaining of the hits that did not deny may be stale.
 //
-// Refunds raise what a counter admits, so a request holding a refund drops
+// A request holding an Overdraw hit always goes to the store: its hits
+// count even when denied. Refunds raise what a counter admits, so a request holding a refund drops
 // the cached denials that touch a refunded counter (a scan of the cache:
 // refunds are rare next to decisions); a refund made through another instance is not seen, and a
 // cached denial can then outlive it by at most its RetryAfter. A changed limit
@@ -86,6 +87,12 @@ func (c *OverLimitCache) Hits() int64 { return c.hits.Load() }
 func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
 	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Refund }) {
 		c.dropRefunded(hits)
+		return c.store.Apply(ctx, hits)
+	}
+	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Limit.Overdraw }) {
+		// Overdraw hits count even when denied: never answered from
+		// memory, and a counter they grow holds no cached denial of ours
+		// wrongly (it only grows).
 		return c.store.Apply(ctx, hits)
 	}
 	sig := signature(hits)
@@ -201,9 +208,13 @@ func signature(hits []Hit) string {
 		b = append(b, h.Key...)
 		b = binary.AppendUvarint(b, h.Limit.Requests)
 		b = binary.AppendVarint(b, int64(h.Limit.Window))
-		b = append(b, byte(h.Limit.Algorithm))
+		b = append(b, byte(h.Limit.Algorithm), h.Limit.SubWindows)
+		b = binary.AppendUvarint(b, h.Limit.Burst)
 		b = binary.AppendUvarint(b, h.Hits)
 		f := byte(0)
+		if h.Limit.Overdraw {
+			f |= 4
+		}
 		if h.Shadow {
 			f |= 1
 		}

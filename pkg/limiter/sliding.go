@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"fmt"
 	"math"
 )
 
@@ -23,9 +24,24 @@ import (
 // uint32 limit a day is not: 2^32 * 86_400_000 > 2^53). Beyond that the two
 // twins still agree, as they round the same operations the same way, but
 // RetryAfter and Remaining may be off by one hit or millisecond.
+//
+// With N > 1 sub-windows (Limit.SubWindows) it is the sub-window counter of
+// sliding_sub.go instead; every method below hands such a Limit over to it.
 type slidingWindow struct{}
 
-func (slidingWindow) validate(Limit) error { return nil }
+func (slidingWindow) validate(l Limit) error {
+	if l.Burst != 0 {
+		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only token_bucket has)", l.Burst, l.Algorithm)
+	}
+	w := l.Window.Milliseconds()
+	switch n := int64(l.SubWindows); {
+	case n > MaxSubWindows:
+		return fmt.Errorf("limiter: sub_windows: %d is more than %d", n, MaxSubWindows)
+	case n > 1 && w%n != 0:
+		return fmt.Errorf("limiter: sub_windows: %d does not divide the window (%d ms) into whole milliseconds", n, w)
+	}
+	return nil
+}
 
 func (slidingWindow) capacity(l Limit) uint64 { return l.Requests }
 
@@ -37,6 +53,9 @@ func (slidingWindow) denialsHold() bool { return true }
 // Redis failover to a host whose clock is behind) is kept as it is and seen
 // from the start of its own window, so a clock step never empties counters.
 func (slidingWindow) roll(s State, nowMs int64, l Limit) State {
+	if n := l.SubWindowCount(); n > 1 {
+		return subRoll(s, nowMs, l.Window.Milliseconds()/n, n)
+	}
 	index := floorDiv(nowMs, l.Window.Milliseconds())
 	switch {
 	case s.At == index || s.At > index && (s.N1 != 0 || s.N2 != 0):
@@ -54,6 +73,9 @@ func (slidingWindow) roll(s State, nowMs int64, l Limit) State {
 // window with p*(w-e') <= (L-c-n)*w, or else the first e” in the next one,
 // where cur becomes prev, with c*(w-e”) + n*w <= L*w.
 func (slidingWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64) {
+	if subs := l.SubWindowCount(); subs > 1 {
+		return subDecide(s, nowMs, l, subs, n)
+	}
 	w := l.Window.Milliseconds()
 	e := elapsed(nowMs, w, s.At)
 	L, W, E := float64(l.Requests), float64(w), float64(e)
@@ -79,7 +101,10 @@ func (slidingWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int6
 
 // consume adds inc to cur, saturating at MaxCount, then takes dec from it,
 // never below zero; a refund never touches prev.
-func (slidingWindow) consume(s State, _ int64, _ Limit, inc, dec uint64) State {
+func (slidingWindow) consume(s State, _ int64, l Limit, inc, dec uint64) State {
+	if n := l.SubWindowCount(); n > 1 {
+		return subConsume(s, n, inc, dec)
+	}
 	c := min(satAdd(s.N1, inc), MaxCount)
 	if dec >= c {
 		c = 0
@@ -94,6 +119,9 @@ func (slidingWindow) consume(s State, _ int64, _ Limit, inc, dec uint64) State {
 // time until the estimate is zero: the end of the next window while cur
 // holds hits, the end of this one while only prev does.
 func (slidingWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64, int64) {
+	if n := l.SubWindowCount(); n > 1 {
+		return subReport(s, nowMs, l, n, allowed)
+	}
 	w := l.Window.Milliseconds()
 	e := elapsed(nowMs, w, s.At)
 	var reset int64
@@ -118,6 +146,9 @@ func (slidingWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64
 // expires is the start of the second window after At, when both counts have
 // rolled out.
 func (slidingWindow) expires(s State, l Limit) int64 {
+	if n := l.SubWindowCount(); n > 1 {
+		return subExpires(s, l.Window.Milliseconds()/n)
+	}
 	if s.N1 == 0 && s.N2 == 0 {
 		return math.MinInt64
 	}

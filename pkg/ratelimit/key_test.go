@@ -89,7 +89,7 @@ func TestRuleLabel(t *testing.T) {
 		if got := ruleLabel("test", &st, es); got != tc.want {
 			t.Errorf("ruleLabel(%v) = %q, want %q", tc.entries, got, tc.want)
 		}
-		if got := metricRule("test", &st, es); got != tc.metric {
+		if got := metricRule("test", &st, st.Rule.Limit, es); got != tc.metric {
 			t.Errorf("metricRule(%v) = %q, want %q", tc.entries, got, tc.metric)
 		}
 	}

@@ -74,11 +74,16 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 
 // metricRule is the rule label of Sluice's own metrics: the rule's
 // rate_limit.name when it has one and neither detailed_metric nor
-// value_to_metric asks for the values, else ruleLabel.
-func metricRule(domain string, st *Status, entries []descriptors.Entry) string {
-	if r := st.Rule; r != nil && r.Limit != nil && r.Limit.Name != "" && !r.DetailedMetric &&
+// value_to_metric asks for the values, else ruleLabel (followed, for a rule
+// with several limits, by descriptors.Rule.LimitSuffix of l).  l is the
+// limit counted, one of st.Limits.
+func metricRule(domain string, st *Status, l *descriptors.Limit, entries []descriptors.Entry) string {
+	if r := st.Rule; r != nil && l.Name != "" && !r.DetailedMetric &&
 		!slices.ContainsFunc(r.Lineage, func(n *descriptors.Rule) bool { return n.ValueToMetric }) {
-		return r.Limit.Name
+		return l.Name
+	}
+	if r := st.Rule; r != nil && len(st.Limits) > 1 {
+		return ruleLabel(domain, st, entries) + r.LimitSuffix(l)
 	}
 	return ruleLabel(domain, st, entries)
 }
@@ -119,12 +124,18 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 var _ Observer = (*Metrics)(nil)
 
 // ObserveDescriptor implements Observer: it counts the descriptor's hits as
-// total, within limit (and near limit), over limit or shadow over limit.
+// total, within limit (and near limit), over limit or shadow over limit,
+// once per limit it counts: a rule with rate_limits has one rule label per
+// limit, the rule's followed by descriptors.Rule.LimitSuffix ("api.user/1s").
 func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries []descriptors.Entry) {
 	if m == nil {
 		return
 	}
-	m.observe(dom.Name, metricRule(dom.Name, st, entries), st.Hits, st.Result.Allowed, st.Shadow, st.Result.Remaining, uint64(st.Limit.RequestsPerUnit))
+	for i := range st.Limits {
+		ls := &st.Limits[i]
+		m.observe(dom.Name, metricRule(dom.Name, st, ls.Limit, entries), st.Hits, ls.Result.Allowed, st.Shadow,
+			ls.Result.Remaining, uint64(ls.Limit.RequestsPerUnit))
+	}
 }
 
 // observe records one counted descriptor's outcome.

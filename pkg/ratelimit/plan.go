@@ -5,10 +5,13 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// plan is the second stage of Decide: one limiter.Hit per counted
-// descriptor, in descriptor order. It records in sc.idx, per Status, the
-// index of its hit (-1 when not counted) and returns the hits (sc.hits).
-func plan(d *Decision, req *Request, sc *scratch) []limiter.Hit {
+// plan is the second stage of Decide: one limiter.Hit per limit of each
+// counted descriptor, in descriptor and then config order; the limits of
+// one descriptor share its key and hits, and the store tells their counters
+// apart by window and algorithm. It records in sc.idx, per Status, the index
+// of its first hit (-1 when not counted; the others follow it) and returns
+// the hits (sc.hits).
+func plan(d *Decision, req *Request, sc *scratch, overdrawDefault bool) []limiter.Hit {
 	hits := sc.hits[:0]
 	sc.idx = grow(sc.idx, len(d.Statuses))
 	for i := range d.Statuses {
@@ -19,22 +22,29 @@ func plan(d *Decision, req *Request, sc *scratch) []limiter.Hit {
 		}
 		rd := &req.Descriptors[i]
 		sc.idx[i] = len(hits)
-		hits = append(hits, limiter.Hit{
+		h := limiter.Hit{
 			Key:    counterKey(d.Domain.Name, rd.Entries, st.Rule, st.Override),
-			Limit:  storeLimit(st.Limit),
 			Hits:   hitsAddend(req, rd),
 			Refund: rd.IsNegativeHits,
 			Shadow: st.Shadow,
 			Quota:  st.Quota,
-		})
+		}
+		for _, ls := range st.Limits {
+			h.Limit = ls.Limit.Store()
+			h.Limit.Overdraw = overdraw(ls.Limit, overdrawDefault)
+			hits = append(hits, h)
+		}
 	}
 	return hits
 }
 
-// storeLimit is the limiter.Limit that counts l: its rate, window and
-// algorithm.
-func storeLimit(l *descriptors.Limit) limiter.Limit {
-	return limiter.Limit{Requests: uint64(l.RequestsPerUnit), Window: l.Window(), Algorithm: l.Algorithm}
+// overdraw is l's overdraw: its config's, else the service's default for
+// the algorithms that can overdraw.
+func overdraw(l *descriptors.Limit, def bool) bool {
+	if l.Overdraw != nil {
+		return *l.Overdraw
+	}
+	return def && l.Algorithm != limiter.SlidingLog && l.Algorithm != limiter.Concurrency
 }
 
 // hitsAddend follows RateLimitDescriptor.hits_addend and

@@ -103,19 +103,34 @@ type Decision struct {
 }
 
 // Status is the outcome of one request descriptor (DescriptorStatus).
+//
+// A descriptor may count several limits (a rule's rate_limits), each in its
+// own counter with its own Result: Limits lists them all, and Limit, Name
+// and Result are those of the binding one, the limit that the descriptor's
+// DescriptorStatus and response headers report (the denying limit with the
+// longest RetryAfter, else the one with the least remaining). A front end
+// that shows one limit per descriptor reads Limit, Name and Result; one that
+// lists every policy (RateLimit-Policy) ranges over Limits.
 type Status struct {
-	// Code is OverLimit when this descriptor denies the request.
+	// Code is OverLimit when this descriptor denies the request: one of its
+	// limits is OverLimit.
 	Code Code
 	// Rule is the rule the descriptor matched, nil when none.
 	Rule *descriptors.Rule
-	// Limit is the limit counted (current_limit), nil when the descriptor
-	// was not counted: no rule, unlimited, a rule without a limit, or a
-	// limit that another replaces.
+	// Limit is the binding limit counted (current_limit), nil when the
+	// descriptor was not counted: no rule, unlimited, a rule without a
+	// limit, or limits that others replace.
 	Limit *descriptors.Limit
-	// Name is the limit's name in response headers: the configured name,
-	// else the rule's FullKey without the domain, or "override_N_per_unit"
-	// for an override. "" when Limit is nil.
+	// Name is the binding limit's name in response headers: the configured
+	// name, else the rule's name (descriptors.Rule.LimitName), or
+	// "override_N_per_unit" for an override. "" when Limit is nil.
 	Name string
+	// Limits are every limit the descriptor counts, in config order, each
+	// with its name and the store's Result for its counter; nil when Limit
+	// is. One element for a rule's rate_limit or an override.
+	Limits []LimitStatus
+	// Binding is the index in Limits of the binding limit.
+	Binding int
 	// Override reports that Limit is the descriptor's own override.
 	Override bool
 	// Shadow reports a shadow-mode limit: counted, never denying.
@@ -124,10 +139,21 @@ type Status struct {
 	Quota bool
 	// Hits is the hits_addend applied to the counter.
 	Hits uint64
-	// Result is the store's outcome for this descriptor's counter; the
+	// Result is the store's outcome for the binding limit's counter; the
 	// zero Result when Limit is nil or the failure mode answered. When
 	// Result.ExceedsLimit, ResetAfter is raised to RetryAfter (one window):
 	// see the package doc.
+	Result limiter.Result
+}
+
+// LimitStatus is one limit a descriptor counts, with its outcome.
+type LimitStatus struct {
+	// Limit is the limit; never nil.
+	Limit *descriptors.Limit
+	// Name is its name in response headers and metrics (see Status.Name).
+	Name string
+	// Result is the store's outcome for its counter; the zero Result when
+	// the failure mode answered.
 	Result limiter.Result
 }
 

@@ -2,10 +2,11 @@ package ratelimit
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // resolve is the first stage of Decide: it sets every Status's Rule and the
@@ -14,46 +15,80 @@ import (
 // ErrInvalidRequest for an override that cannot be honoured.
 func resolve(d *Decision, req *Request) error {
 	var replaced map[string]struct{}
+	ls := limitStatuses(d, req)
+	for i := range req.Descriptors {
+		rd, st := &req.Descriptors[i], &d.Statuses[i]
+		switch r := st.Rule; {
+		case rd.Override != nil:
+			l, err := overrideLimit(rd.Override, r)
+			if err != nil {
+				return fmt.Errorf("%w: descriptors[%d].limit.%w", ErrInvalidRequest, i, err)
+			}
+			st.Limits, ls = ls[:1:1], ls[1:]
+			st.Limits[0] = LimitStatus{Limit: l, Name: overrideName(l)}
+			st.Override = true
+		case r != nil && r.Limit != nil && !r.Unlimited:
+			n := len(r.Limits)
+			st.Limits, ls = ls[:n:n], ls[n:]
+			for j, l := range r.Limits {
+				st.Limits[j] = LimitStatus{Limit: l, Name: r.LimitName(d.Domain.Name, l)}
+				for _, name := range l.Replaces {
+					if replaced == nil {
+						replaced = make(map[string]struct{})
+					}
+					replaced[name] = struct{}{}
+				}
+			}
+			st.Shadow, st.Quota = r.ShadowMode, r.QuotaMode
+		}
+	}
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if replaced != nil && !st.Override {
+			st.Limits = slices.DeleteFunc(st.Limits, func(ls LimitStatus) bool {
+				_, ok := replaced[ls.Limit.Name]
+				return ok && ls.Limit.Name != ""
+			})
+		}
+		if len(st.Limits) == 0 {
+			st.Limits, st.Shadow, st.Quota = nil, false, false
+			continue
+		}
+		st.Limit, st.Name = st.Limits[0].Limit, st.Limits[0].Name
+	}
+	return nil
+}
+
+// limitStatuses matches every descriptor's rule and returns one slice with
+// room for the LimitStatus of every limit the descriptors may count, so
+// that a request allocates them at once.
+func limitStatuses(d *Decision, req *Request) []LimitStatus {
+	n := 0
 	for i := range req.Descriptors {
 		rd, st := &req.Descriptors[i], &d.Statuses[i]
 		st.Rule = d.Config.Match(d.Domain.Name, rd.Entries)
 		switch r := st.Rule; {
 		case rd.Override != nil:
-			l, err := overrideLimit(rd.Override)
-			if err != nil {
-				return fmt.Errorf("%w: descriptors[%d].limit.%w", ErrInvalidRequest, i, err)
-			}
-			st.Limit, st.Name, st.Override = l, overrideName(l), true
+			n++
 		case r != nil && r.Limit != nil && !r.Unlimited:
-			st.Limit, st.Name = r.Limit, limitName(d.Domain.Name, r)
-			st.Shadow, st.Quota = r.ShadowMode, r.QuotaMode
-			for _, name := range r.Limit.Replaces {
-				if replaced == nil {
-					replaced = make(map[string]struct{})
-				}
-				replaced[name] = struct{}{}
-			}
+			n += len(r.Limits)
 		}
 	}
-	if replaced == nil {
+	if n == 0 {
 		return nil
 	}
-	for i := range d.Statuses {
-		st := &d.Statuses[i]
-		if st.Limit == nil || st.Override || st.Limit.Name == "" {
-			continue
-		}
-		if _, ok := replaced[st.Limit.Name]; ok {
-			st.Limit, st.Name, st.Shadow, st.Quota = nil, "", false, false
-		}
-	}
-	return nil
+	return make([]LimitStatus, n)
 }
 
 // overrideLimit turns a descriptor's limit override into a Limit, or returns
-// an error naming the override's field (unit or unit_multiplier) when its
-// window is not usable.
-func overrideLimit(o *Override) (*descriptors.Limit, error) {
+// an error naming the override's field (unit or unit_multiplier, or
+// requests_per_unit when the rule's algorithm cannot count it) when it is
+// not usable. The override replaces requests_per_unit and the window; the
+// matched rule's algorithm and burst stay (those of its first limit, for
+// rate_limits), and so do its sub_windows when they divide the override's
+// window (else limiter.DefaultSubWindows, which divides every whole second).
+// Without a rule, the default algorithm counts it.
+func overrideLimit(o *Override, r *descriptors.Rule) (*descriptors.Limit, error) {
 	u := o.Unit.Duration()
 	if u == 0 {
 		return nil, fmt.Errorf("unit: unit %v cannot be used (want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", o.Unit)
@@ -62,16 +97,18 @@ func overrideLimit(o *Override) (*descriptors.Limit, error) {
 	if time.Duration(m) > descriptors.MaxWindow/u {
 		return nil, fmt.Errorf("unit_multiplier: %d x %s is longer than the longest window, %v", m, o.Unit, descriptors.MaxWindow)
 	}
-	return &descriptors.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, UnitMultiplier: m}, nil
-}
-
-// limitName is the name a configured limit shows in headers: its name, else
-// the rule's FullKey without the domain (stable across reloads).
-func limitName(domain string, r *descriptors.Rule) string {
-	if r.Limit.Name != "" {
-		return r.Limit.Name
+	l := &descriptors.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, UnitMultiplier: m, SubWindows: limiter.DefaultSubWindows}
+	if r != nil && r.Limit != nil {
+		l.Algorithm, l.Burst, l.SubWindows, l.Overdraw = r.Limit.Algorithm, r.Limit.Burst, r.Limit.SubWindows, r.Limit.Overdraw
+		if n := int64(l.SubWindows); n > 1 && l.Window().Milliseconds()%n != 0 {
+			l.SubWindows = limiter.DefaultSubWindows
+		}
 	}
-	return strings.TrimPrefix(r.FullKey, domain+".")
+	if err := l.Store().Validate(); err != nil {
+		return nil, fmt.Errorf("requests_per_unit: %d per %v cannot be counted by the rule's algorithm %s: %w",
+			o.RequestsPerUnit, l.Window(), l.Algorithm, err)
+	}
+	return l, nil
 }
 
 // overrideName names a descriptor limit override: "override_10_per_minute",

@@ -34,6 +34,11 @@ type Options struct {
 	// admitted, reported OK, never denying (envoyproxy/ratelimit's global
 	// SHADOW_MODE). Metrics count its would-be denials as shadow mode.
 	ShadowMode bool
+	// Overdraw is the overdraw of every limit whose config does not say
+	// (descriptors.Limit.Overdraw nil; configs from xDS never say): it
+	// counts every hit it is sent, admitted or not (limiter.Limit.Overdraw).
+	// Algorithms that cannot overdraw (sliding_log, concurrency) ignore it.
+	Overdraw bool
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -163,7 +168,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	hits := plan(&d, req, sc)
+	hits := plan(&d, req, sc, s.opts.Overdraw)
 	defer func() { clear(hits); sc.hits = hits[:0] }()
 	if len(hits) == 0 {
 		return d, nil

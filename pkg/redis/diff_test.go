@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,44 +24,134 @@ type identity struct {
 	key string
 	w   time.Duration
 	alg limiter.Algorithm
+	sub int64
 }
 
-func idOf(h limiter.Hit) identity { return identity{h.Key, h.Limit.Window, h.Limit.Algorithm} }
+func idOf(h limiter.Hit) identity {
+	return identity{h.Key, h.Limit.Window, h.Limit.Algorithm, h.Limit.SubWindowCount()}
+}
+
+func (id identity) limit() limiter.Limit {
+	return limiter.Limit{Window: id.w, Algorithm: id.alg, SubWindows: uint8(id.sub)}
+}
 
 // readState reads a counter's State back from Redis, as its algorithm's Lua
 // section stores it; a missing key is the zero State.
 func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identity) (limiter.State, bool) {
 	t.Helper()
-	key := counterKey(prefix, limiter.Hit{Key: id.key, Limit: limiter.Limit{Window: id.w, Algorithm: id.alg}})
-	switch id.alg {
-	case limiter.SlidingWindow:
+	ctx := context.Background()
+	key := counterKey(prefix, limiter.Hit{Key: id.key, Limit: id.limit()})
+	switch {
+	case id.alg == limiter.SlidingWindow && id.sub > 1:
+		m, err := c.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) == 0 {
+			return limiter.State{}, false
+		}
+		at, _ := strconv.ParseInt(m["i"], 10, 64)
+		st := limiter.State{At: at, Slots: make([]int64, id.sub+1)}
+		for f, v := range m {
+			idx, err1 := strconv.ParseInt(f, 10, 64)
+			n, err2 := strconv.ParseInt(v, 10, 64)
+			if f == "i" || err1 != nil || err2 != nil || idx < at-id.sub || idx > at {
+				if f != "i" {
+					t.Fatalf("sub-window counter %s holds field %q = %q", key, f, v)
+				}
+				continue
+			}
+			st.Slots[idx-(at-id.sub)] = n
+		}
+		return st, true
+	case id.alg == limiter.SlidingWindow || id.alg == limiter.FixedWindow:
 		i, cur, prev, ok := readCounter(t, c, key)
 		return limiter.State{At: i, N1: cur, N2: prev}, ok
+	case id.alg == limiter.TokenBucket:
+		v, err := c.HMGet(ctx, key, "t", "f", "d").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v[0] == nil {
+			return limiter.State{}, false
+		}
+		var n [3]int64
+		for i := range n {
+			n[i], _ = strconv.ParseInt(v[i].(string), 10, 64)
+		}
+		return limiter.State{At: n[0], N1: uint64(n[1]), N2: uint64(n[2])}, true
+	case id.alg == limiter.SlidingLog || id.alg == limiter.Concurrency:
+		zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(zs) == 0 {
+			return limiter.State{}, false
+		}
+		st := limiter.State{}
+		for _, z := range zs {
+			if z.Score > 0 { // not a tombstone (limiter.lua)
+				st.Slots = append(st.Slots, int64(z.Score))
+			}
+		}
+		return st, st.Slots != nil
 	}
 	t.Fatalf("readState: no reader for algorithm %v", id.alg)
 	return limiter.State{}, false
 }
 
 // stateTTL is the TTL the script sets on a counter it writes with state s at
-// nowMs: its expiry, at most two windows away (the sliding window: the end
-// of window At+1).
-func stateTTL(alg limiter.Algorithm, s limiter.State, w, nowMs int64) time.Duration {
-	switch alg {
-	case limiter.SlidingWindow:
+// nowMs: its expiry (limiter's expires), at most two windows away.
+func stateTTL(id identity, s limiter.State, nowMs int64) time.Duration {
+	w := id.w.Milliseconds()
+	switch {
+	case id.alg == limiter.SlidingWindow && id.sub > 1:
+		sub, last := w/id.sub, 0
+		for i, c := range s.Slots {
+			if c != 0 {
+				last = i + 1
+			}
+		}
+		return time.Duration((s.At+int64(last))*sub-nowMs) * time.Millisecond
+	case id.alg == limiter.SlidingWindow:
 		e := max(nowMs-s.At*w, 0) // 0 when the clock stepped back into an earlier window
 		return time.Duration(2*w-e) * time.Millisecond
+	case id.alg == limiter.FixedWindow:
+		return time.Duration((s.At+1)*w-nowMs) * time.Millisecond
+	case id.alg == limiter.TokenBucket:
+		ttl := s.At - nowMs
+		if s.N1 > 0 {
+			ttl++
+		}
+		return time.Duration(ttl) * time.Millisecond
+	case id.alg == limiter.SlidingLog || id.alg == limiter.Concurrency:
+		return time.Duration(s.Slots[len(s.Slots)-1]+w-nowMs) * time.Millisecond
 	}
-	panic("stateTTL: no rule for algorithm " + alg.String())
+	panic("stateTTL: no rule for algorithm " + id.alg.String())
 }
 
-// emptyState reports whether s holds nothing under alg, so that the script
-// deletes its key (the sliding window: no hits in either window).
-func emptyState(alg limiter.Algorithm, s limiter.State) bool {
-	switch alg {
-	case limiter.SlidingWindow:
+// emptyState reports whether s holds nothing under id's algorithm, so that
+// the script deletes its key.
+func emptyState(id identity, s limiter.State) bool {
+	switch {
+	case id.alg == limiter.SlidingWindow && id.sub > 1:
+		return s.Slots == nil
+	case id.alg == limiter.SlidingWindow:
 		return s.N1 == 0 && s.N2 == 0
+	case id.alg == limiter.FixedWindow:
+		return s.N1 == 0
+	case id.alg == limiter.TokenBucket:
+		return s.At == 0 && s.N1 == 0 && s.N2 == 0
+	case id.alg == limiter.SlidingLog || id.alg == limiter.Concurrency:
+		return len(s.Slots) == 0
 	}
-	panic("emptyState: no rule for algorithm " + alg.String())
+	panic("emptyState: no rule for algorithm " + id.alg.String())
+}
+
+// sameState compares two States of one counter, a nil and an empty Slots
+// alike.
+func sameState(a, b limiter.State) bool {
+	return a.At == b.At && a.N1 == b.N1 && a.N2 == b.N2 && slices.Equal(a.Slots, b.Slots)
 }
 
 // TestDifferential drives limiter.Evaluate (the Go twin) and the Lua script
@@ -71,8 +162,9 @@ func emptyState(alg limiter.Algorithm, s limiter.State) bool {
 // Redis expires keys on its own (real) clock while the test clock is
 // simulated, so a counter with a short window may vanish from Redis while the
 // model still holds it. That is allowed only once at least the TTL the script
-// set has passed in real time since the write; the model's counter is then
-// reset to zero, as Redis's was.
+// set has passed in real time since the write (less 1 ms: Redis keeps expiry
+// times in whole ms, so a TTL of n ms may end up to 1 ms early); the model's
+// counter is then reset to zero, as Redis's was.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
 	seed := *diffSeed
@@ -120,8 +212,8 @@ func TestDifferential(t *testing.T) {
 		}
 		if admitted {
 			admittedN++
-			m.record(hits, next, nowMs, before)
 		}
+		m.record(hits, next, nowMs, before, admitted)
 		m.checkAll(step, hits)
 	}
 	t.Logf("%d steps, %d admitted, %d counters expired by TTL meanwhile; quota hits over limit: %d denying, %d in admitted requests",
@@ -136,7 +228,8 @@ func TestDifferential(t *testing.T) {
 }
 
 // randomRequest returns 1 to 4 random hits on a few keys and windows, with
-// every algorithm, refunds, shadow hits and quota groups mixed in.
+// every algorithm, refunds, shadow hits and quota groups mixed in; limits
+// that an algorithm refuses are replaced by valid ones (randomLimit).
 func randomRequest(rng *rand.Rand) []limiter.Hit {
 	keys := []string{"a", "b", "", "}{", "%7D"}
 	windows := []time.Duration{time.Second, time.Minute, 1501 * time.Millisecond, 7 * time.Millisecond,
@@ -157,8 +250,39 @@ func randomRequest(rng *rand.Rand) []limiter.Hit {
 			Quota:  rng.IntN(4) == 0,
 		}
 		hits[i].Limit.Algorithm = algorithms[rng.IntN(len(algorithms))]
+		hits[i].Limit = randomLimit(rng, hits[i].Limit)
 	}
 	return hits
+}
+
+// randomLimit adds random algorithm parameters to l (sub-windows, a burst)
+// and brings a Requests that its algorithm refuses into range.
+func randomLimit(rng *rand.Rand, l limiter.Limit) limiter.Limit {
+	w := l.Window.Milliseconds()
+	switch l.Algorithm {
+	case limiter.SlidingWindow:
+		for _, n := range []uint8{2, 3, 6, 7, 20, 60} {
+			if w%int64(n) == 0 && rng.IntN(3) == 0 {
+				l.SubWindows = n
+			}
+		}
+	case limiter.TokenBucket:
+		if rng.IntN(2) == 0 {
+			l.Burst = []uint64{1, 2, 7, 300, 1 << 20}[rng.IntN(5)]
+		}
+		for l.Validate() != nil {
+			l.Requests /= 1 << 10
+			l.Burst /= 1 << 10
+			if l.Requests == 0 {
+				l.Burst = 0
+			}
+		}
+	case limiter.SlidingLog, limiter.Concurrency:
+		l.Requests = min(l.Requests, limiter.MaxLogRequests)
+		return l
+	}
+	l.Overdraw = rng.IntN(5) == 0
+	return l
 }
 
 // diffModel is TestDifferential's model of the counters in Redis: the States
@@ -185,10 +309,10 @@ func (m *diffModel) checkAll(step int, hits []limiter.Hit) {
 		id := idOf(h)
 		want := m.states[id]
 		got, ok := readState(m.t, m.c, m.prefix, id)
-		if got == want {
+		if sameState(got, want) {
 			continue
 		}
-		if w, ok2 := m.written[id]; !ok && ok2 && time.Since(w.at) >= w.ttl {
+		if w, ok2 := m.written[id]; !ok && ok2 && time.Since(w.at) >= w.ttl-time.Millisecond {
 			m.forget(id)
 			continue
 		}
@@ -214,7 +338,7 @@ func (m *diffModel) expect(step int, nowMs int64, hits []limiter.Hit, got []limi
 	for i, h := range hits {
 		id := idOf(h)
 		states[i] = m.states[id]
-		if w, ok := m.written[id]; ok && time.Since(w.at) >= w.ttl && !slices.Contains(expirable, id) {
+		if w, ok := m.written[id]; ok && time.Since(w.at) >= w.ttl-time.Millisecond && !slices.Contains(expirable, id) {
 			expirable = append(expirable, id)
 		}
 	}
@@ -252,15 +376,18 @@ func (m *diffModel) expect(step int, nowMs int64, hits []limiter.Hit, got []limi
 
 // record stores the States of an admitted request, written by a call that
 // started at before.
-func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64, before time.Time) {
+func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64, before time.Time, admitted bool) {
 	for i, h := range hits {
 		id := idOf(h)
+		if !admitted && !overdrawn(hits, id) {
+			continue // a denied request changes only what overdraw hits grew
+		}
 		nc := next[i]
-		if emptyState(id.alg, nc) {
+		if emptyState(id, nc) {
 			nc = limiter.State{} // the script deletes an empty counter
 		}
-		if nc != m.states[id] && nc != (limiter.State{}) {
-			m.written[id] = diffWrite{at: before, ttl: stateTTL(id.alg, nc, h.Limit.Window.Milliseconds(), nowMs)}
+		if !sameState(nc, m.states[id]) && !sameState(nc, limiter.State{}) {
+			m.written[id] = diffWrite{at: before, ttl: stateTTL(id, nc, nowMs)}
 		}
 		m.states[id] = nc
 	}
@@ -269,8 +396,9 @@ func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64
 func equalResults(a, b []limiter.Result) bool { return slices.Equal(a, b) }
 
 func describe(h limiter.Hit) string {
-	return fmt.Sprintf("{key %q limit %d/%v %v hits %d refund %v shadow %v quota %v}",
-		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Hits, h.Refund, h.Shadow, h.Quota)
+	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d overdraw %v hits %d refund %v shadow %v quota %v}",
+		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Limit.Overdraw,
+		h.Hits, h.Refund, h.Shadow, h.Quota)
 }
 
 func describeAll(hits []limiter.Hit) string {
@@ -279,4 +407,15 @@ func describeAll(hits []limiter.Hit) string {
 		s += describe(h) + " "
 	}
 	return s
+}
+
+// overdrawn reports whether a denied request still grows counter id: one of
+// its overdraw hits on it asks for hits (limiter.Limit.Overdraw).
+func overdrawn(hits []limiter.Hit, id identity) bool {
+	for _, h := range hits {
+		if idOf(h) == id && h.Limit.Overdraw && !h.Refund && h.Hits > 0 {
+			return true
+		}
+	}
+	return false
 }

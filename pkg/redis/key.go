@@ -23,7 +23,9 @@ const MaxPlainKey = 256
 //	prefix "{" algorithm ":" window_ms ":k:" escaped(Key) "}"   escaped Key of at most MaxPlainKey bytes
 //	prefix "{" algorithm ":" window_ms ":h:" hex(sha256(Key)) "}" otherwise
 //
-// for example "sluice:{sw:60000:k:\x03api...}". The braces are the Cluster
+// for example "sluice:{sw:60000:k:\x03api...}". algorithm is the
+// algorithm's code, followed for a sliding window of N > 1 sub-windows by N
+// ("sw20"), since N is part of the counter's identity and of its layout. The braces are the Cluster
 // hash tag: it holds the whole counter identity (Key, window, algorithm), so a
 // counter is one slot. escaped replaces "%" with "%25" and "}" with "%7D" and
 // keeps every other byte (binary safe), so no "}" appears inside the tag and
@@ -41,6 +43,9 @@ func counterKey(prefix string, h limiter.Hit) string {
 	b.WriteString(prefix)
 	b.WriteByte('{')
 	b.WriteString(algorithmCode(h.Limit.Algorithm))
+	if n := h.Limit.SubWindowCount(); n > 1 {
+		b.Write(strconv.AppendInt(make([]byte, 0, 2), n, 10))
+	}
 	b.WriteByte(':')
 	var num [20]byte
 	b.Write(strconv.AppendInt(num[:0], h.Limit.Window.Milliseconds(), 10))
@@ -86,6 +91,10 @@ func escapedLen(s string) int {
 // share a key with another's; a code never changes once keys exist under it.
 var algorithmCodes = [...]string{
 	limiter.SlidingWindow: "sw",
+	limiter.TokenBucket:   "tb",
+	limiter.FixedWindow:   "fw",
+	limiter.SlidingLog:    "sl",
+	limiter.Concurrency:   "cc",
 }
 
 // algorithmCode is a's code in keys: its entry in algorithmCodes, else "a"

@@ -29,20 +29,21 @@ const (
 	// argsHead is the count of ARGV before the per-key ones: mode, now.
 	argsHead = 2
 	// argsPerKey is the count of ARGV per key in modes "a" and "c":
-	// algorithm, window ms (limiter.lua's KEY_ARGS).
-	argsPerKey = 2
-	// argsPerHit is the count of ARGV per hit: key index, requests, hits,
-	// flags (HIT_ARGS).
-	argsPerHit = 4
+	// algorithm, window ms, sub-windows (limiter.lua's KEY_ARGS).
+	argsPerKey = 3
+	// argsPerHit is the count of ARGV per hit: key index, requests, burst,
+	// hits, flags (HIT_ARGS).
+	argsPerHit = 5
 	// argsPerUndoKey is the count of ARGV per key in mode "u": algorithm,
-	// window ms, and the key's undo token (UNDO_ARGS).
-	argsPerUndoKey = 4
+	// window ms, sub-windows, and the key's undo token (UNDO_ARGS).
+	argsPerUndoKey = 5
 
 	// The flags of a hit.
-	flagRefund  = 1
-	flagShadow  = 2
-	flagExceeds = 4 // the key's growth is over the Limit's Capacity
-	flagQuota   = 8
+	flagRefund   = 1
+	flagShadow   = 2
+	flagExceeds  = 4 // the key's growth is over the Limit's Capacity
+	flagQuota    = 8
+	flagOverdraw = 16
 
 	// replyAdmitted and replyNow index the head of an "a" or "c" reply, of
 	// replyHead values.
@@ -345,12 +346,13 @@ func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSpl
 		g.args = append(g.args, "a", now)
 		for _, i := range g.hits {
 			if first[i] == i {
-				g.args = append(g.args, int(hits[i].Limit.Algorithm), hits[i].Limit.Window.Milliseconds())
+				l := hits[i].Limit
+				g.args = append(g.args, int(l.Algorithm), l.Window.Milliseconds(), l.SubWindowCount())
 			}
 		}
 		for _, i := range g.hits {
 			h := hits[i]
-			g.args = append(g.args, kidx[first[i]], h.Limit.Requests, h.Hits, flags(h, inc[first[i]], quotaSplit))
+			g.args = append(g.args, kidx[first[i]], h.Limit.Requests, h.Limit.Burst, h.Hits, flags(h, inc[first[i]], quotaSplit))
 		}
 	}
 	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
@@ -382,8 +384,11 @@ func flags(h limiter.Hit, inc uint64, quotaSplit bool) int {
 	if h.Shadow || h.Quota && quotaSplit {
 		f |= flagShadow
 	}
-	if !h.Refund && inc > h.Limit.Capacity() {
+	if !h.Refund && !h.Limit.Overdraw && inc > h.Limit.Capacity() {
 		f |= flagExceeds
+	}
+	if h.Limit.Overdraw {
+		f |= flagOverdraw
 	}
 	if h.Quota {
 		f |= flagQuota
@@ -508,7 +513,7 @@ func undoArgs(g *group) []any {
 		}
 		changed = changed || u2 != 0
 		key := g.args[argsHead+argsPerKey*k:]
-		args = append(args, key[0], key[1], u1, u2)
+		args = append(args, key[0], key[1], key[2], u1, u2)
 	}
 	if !changed {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -524,12 +525,63 @@ func TestSplitQuotaGroups(t *testing.T) {
 		}
 		for _, g := range groups {
 			for j, i := range g.hits {
-				f := g.args[argsHead+argsPerKey*len(g.keys)+argsPerHit*j+3].(int)
+				f := g.args[argsHead+argsPerKey*len(g.keys)+argsPerHit*j+4].(int)
 				h := tc.hits[i]
 				if wantShadow := h.Shadow || h.Quota && tc.want; (f&flagShadow != 0) != wantShadow || (f&flagQuota != 0) != h.Quota {
 					t.Errorf("%s: hit %d flags %b, want shadow %v quota %v", tc.name, i, f, wantShadow, h.Quota)
 				}
 			}
+		}
+	}
+}
+
+// TestTTLEveryAlgorithm: every algorithm's key gets, in the script that
+// writes it, the TTL of the moment its state no longer matters (the Go
+// twin's expires), and the state is then equivalent to none: the same hit
+// decides alike on it and on an empty counter.
+func TestTTLEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	const now = int64(1_800_000_012_345)
+	s, c := newTestStore(t, Options{Now: func() time.Time { return time.UnixMilli(now) }})
+	ctx := context.Background()
+	limits := []limiter.Limit{
+		{Requests: 10, Window: time.Minute},
+		{Requests: 10, Window: time.Minute, SubWindows: 12},
+		{Requests: 3, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 10},
+		{Requests: 10, Window: time.Minute, Algorithm: limiter.FixedWindow},
+		{Requests: 10, Window: time.Minute, Algorithm: limiter.SlidingLog},
+		{Requests: 10, Window: time.Minute, Algorithm: limiter.Concurrency},
+	}
+	for _, l := range limits {
+		h := limiter.Hit{Key: "ttl", Limit: l, Hits: 4}
+		if _, err := s.Apply(ctx, []limiter.Hit{h}); err != nil {
+			t.Fatal(err)
+		}
+		_, next, _, err := limiter.Evaluate(now, []limiter.Hit{h}, []limiter.State{{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := stateTTL(idOf(h), next[0], now)
+		key := counterKey(s.prefix, h)
+		got, err := c.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// PTTL counts down in real time from the write.
+		if got > want || got < want-time.Second {
+			t.Errorf("%v (sub-windows %d): PTTL = %v, want %v", l.Algorithm, l.SubWindows, got, want)
+		}
+		at := now + want.Milliseconds()
+		check := limiter.Hit{Key: "ttl", Limit: l, Hits: 1}
+		r1, _, _, _ := limiter.Evaluate(at, []limiter.Hit{check}, []limiter.State{next[0]})
+		r0, _, _, _ := limiter.Evaluate(at, []limiter.Hit{check}, []limiter.State{{}})
+		if !reflect.DeepEqual(r1, r0) {
+			t.Errorf("%v (sub-windows %d): at expiry the state still matters: %+v, empty %+v", l.Algorithm, l.SubWindows, r1, r0)
+		}
+		r1, _, _, _ = limiter.Evaluate(at-1, []limiter.Hit{check}, []limiter.State{next[0]})
+		r0, _, _, _ = limiter.Evaluate(at-1, []limiter.Hit{check}, []limiter.State{{}})
+		if reflect.DeepEqual(r1, r0) {
+			t.Errorf("%v (sub-windows %d): 1 ms before expiry the state no longer matters: the TTL is late", l.Algorithm, l.SubWindows)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestUndo(t *testing.T) {
 		if refund {
 			flags = 1
 		}
-		r := run(now, key, "a", int(limiter.SlidingWindow), w, 1, 100, n, flags).([]any)
+		r := run(now, key, "a", int(limiter.SlidingWindow), w, 1, 1, 100, 0, n, flags).([]any)
 		return r[len(r)-2].(int64), r[len(r)-1].(int64)
 	}
 	state := func(key string) limiter.State {
@@ -64,8 +65,8 @@ func TestUndo(t *testing.T) {
 				// Roll the stored counter as a later request would.
 				apply(t0+tc.undoAt, key, 0, false)
 			}
-			run(t0+tc.undoAt, key, "u", int(limiter.SlidingWindow), w, idx, delta)
-			if got := state(key); got != tc.want {
+			run(t0+tc.undoAt, key, "u", int(limiter.SlidingWindow), w, 1, idx, delta)
+			if got := state(key); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("after undo: %+v, want %+v", got, tc.want)
 			}
 			ttl := c.PTTL(ctx, key).Val()

@@ -85,7 +85,7 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decisio
 		if s.opts.Headers&HeadersDraft != 0 {
 			hs = append(hs,
 				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: s.policy(d)},
-				&corev3.HeaderValue{Key: "RateLimit", Value: s.texts.get(d.Config, st).quoted + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
+				&corev3.HeaderValue{Key: "RateLimit", Value: s.texts.get(d.Config, st.Override, st.Name, st.Limit).quoted + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
 		}
 		if s.opts.Headers&HeadersCompat != 0 {
 			hs = append(hs,
@@ -111,7 +111,8 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decisio
 }
 
 // policy is the RateLimit-Policy value: one item per distinct counted limit
-// that is not in shadow mode, in descriptor order.
+// that is not in shadow mode (every limit of a rule's rate_limits), in
+// descriptor and config order.
 func (s *Service) policy(d *ratelimit.Decision) string {
 	var items []string
 	for i := range d.Statuses {
@@ -119,8 +120,10 @@ func (s *Service) policy(d *ratelimit.Decision) string {
 		if !st.Counted() || st.Shadow {
 			continue
 		}
-		if item := s.texts.get(d.Config, st).policy; !slices.Contains(items, item) {
-			items = append(items, item)
+		for _, ls := range st.Limits {
+			if item := s.texts.get(d.Config, st.Override, ls.Name, ls.Limit).policy; !slices.Contains(items, item) {
+				items = append(items, item)
+			}
 		}
 	}
 	return strings.Join(items, ", ")
@@ -147,15 +150,22 @@ type limitText struct {
 	current        *rlsv3.RateLimitResponse_RateLimit
 }
 
-// get returns st's header text, from the cache of cfg's limits unless st's
-// limit is a per-request override.
-func (c *textCache) get(cfg *descriptors.Config, st *ratelimit.Status) *limitText {
+// get returns the header text of limit l called name, from the cache of
+// cfg's limits unless l is a per-request override.
+//
+// The policy item is "name";q=requests_per_unit;w=window seconds for every
+// algorithm. For a token bucket that is its refill rate (q tokens every w
+// seconds; the bucket holds up to its burst), and the RateLimit field's r
+// is the whole tokens in the bucket now, t the seconds until it is full
+// again: the draft's quota and window are a rate, which a token bucket
+// keeps over any long period, and its burst is what r can show above q.
+func (c *textCache) get(cfg *descriptors.Config, override bool, name string, l *descriptors.Limit) *limitText {
 	build := func() *limitText {
-		q := sfString(st.Name)
-		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10) +
-			";w=" + strconv.FormatInt(ceilSeconds(st.Limit.Window()), 10), current: currentLimit(st.Limit)}
+		q := sfString(name)
+		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(l.RequestsPerUnit), 10) +
+			";w=" + strconv.FormatInt(ceilSeconds(l.Window()), 10), current: currentLimit(l)}
 	}
-	if st.Override {
+	if override {
 		return build()
 	}
 	lt := c.cur.Load()
@@ -163,10 +173,10 @@ func (c *textCache) get(cfg *descriptors.Config, st *ratelimit.Status) *limitTex
 		lt = &limitTexts{cfg: cfg}
 		c.cur.Store(lt)
 	}
-	if t, ok := lt.m.Load(st.Limit); ok {
+	if t, ok := lt.m.Load(l); ok {
 		return t.(*limitText)
 	}
-	t, _ := lt.m.LoadOrStore(st.Limit, build())
+	t, _ := lt.m.LoadOrStore(l, build())
 	return t.(*limitText)
 }
 

@@ -55,6 +55,10 @@ func TestHeadersGolden(t *testing.T) {
 		{name: "zero_limit", headers: "draft", req: request(desc("zero", "z"))},
 		{name: "hits_over_limit_raw_body", headers: "draft", rawBody: true, req: func() *rlsv3.RateLimitRequest { r := request(desc("api_key", "big")); r.HitsAddend = 4; return r }()},
 		{name: "hits_over_limit", headers: "draft", req: func() *rlsv3.RateLimitRequest { r := request(desc("api_key", "big")); r.HitsAddend = 4; return r }()},
+		{name: "rate_limits_allowed", headers: "draft,compat", req: request(desc("tenant_multi", "t"))},
+		{name: "rate_limits_denied", headers: "draft,compat", warmup: []*rlsv3.RateLimitRequest{request(desc("tenant_multi", "t")), request(desc("tenant_multi", "t"))}, req: request(desc("tenant_multi", "t"))},
+		{name: "token_bucket", headers: "draft,compat", warmup: []*rlsv3.RateLimitRequest{request(desc("bucket", "b"))}, req: request(desc("bucket", "b"))},
+		{name: "token_bucket_denied", headers: "draft", warmup: []*rlsv3.RateLimitRequest{request(desc("bucket", "b")), request(desc("bucket", "b")), request(desc("bucket", "b"))}, req: request(desc("bucket", "b"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hs, err := ParseHeaderSet(tc.headers)

@@ -76,3 +76,30 @@ sluice_store_calls_total{result="ok"} 9
 		t.Errorf("request latency series = %d, want 2 (OK and InvalidArgument)", n)
 	}
 }
+
+// TestMetricsPerLimit: a rule with rate_limits counts each limit under its
+// own rule label: the rule's and the window, or the limit's name.
+func TestMetricsPerLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cm, err := ratelimit.NewMetrics(reg, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestService(t, Options{}, ratelimit.Options{Metrics: cm})
+	// 2 a second and 3 a minute: 2 admitted, the 3rd denied by the second's.
+	for range 3 {
+		s.ShouldRateLimit(context.Background(), request(desc("tenant_multi", "t")))
+	}
+	want := `
+# HELP sluice_rate_limit_over_limit_total Hits denied by an enforced limit, by domain and rule.
+# TYPE sluice_rate_limit_over_limit_total counter
+sluice_rate_limit_over_limit_total{domain="test",rule="tenant_multi/1s"} 1
+# HELP sluice_rate_limit_within_limit_total Hits the limit admitted, by domain and rule.
+# TYPE sluice_rate_limit_within_limit_total counter
+sluice_rate_limit_within_limit_total{domain="test",rule="tenant_multi/1s"} 2
+sluice_rate_limit_within_limit_total{domain="test",rule="tenant_per_minute"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_rate_limit_over_limit_total", "sluice_rate_limit_within_limit_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -219,7 +219,7 @@ func (s *Service) response(d *ratelimit.Decision) *rlsv3.RateLimitResponse {
 		if !st.Counted() {
 			continue
 		}
-		ps.CurrentLimit = s.texts.get(d.Config, st).current
+		ps.CurrentLimit = s.texts.get(d.Config, st.Override, st.Name, st.Limit).current
 		if d.FailureMode == descriptors.FailureModeUnset {
 			ps.LimitRemaining = uint32(min(st.Result.Remaining, math.MaxUint32))
 			ps.DurationUntilReset = durationpb.New(st.Result.ResetAfter)

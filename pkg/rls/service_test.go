@@ -186,6 +186,50 @@ func TestSequences(t *testing.T) {
 			{req: request(key("a"), desc("generous", "g")), want: "OK [OK:- OK:96]"},
 			{req: request(key("a")), want: "OK [OK:2]"},
 		}},
+		{"rate_limits: a denial by the per-second limit counts against neither", []step{
+			// Binding: the least remaining (per second: 1 left of 2).
+			{req: request(desc("tenant_multi", "t")), want: "OK [OK:1]"},
+			{req: request(desc("tenant_multi", "t")), want: "OK [OK:0]"},
+			// Per second denies; the per-minute counter stays at 2 of 3.
+			{req: request(desc("tenant_multi", "t")), want: "OVER_LIMIT [OVER:0]"},
+			{req: request(desc("tenant_multi", "t")), want: "OVER_LIMIT [OVER:0]"},
+			{req: request(desc("tenant_multi", "t")), advance: 3 * time.Second, want: "OK [OK:0]"},
+			// Now the per-minute limit denies.
+			{req: request(desc("tenant_multi", "t")), advance: 3 * time.Second, want: "OVER_LIMIT [OVER:0]"},
+		}},
+		{"token bucket: a burst, then the refill rate", []step{
+			{req: request(desc("bucket", "b")), want: "OK [OK:2]"},
+			{req: request(desc("bucket", "b")), want: "OK [OK:1]"},
+			{req: request(desc("bucket", "b")), want: "OK [OK:0]"},
+			{req: request(desc("bucket", "b")), want: "OVER_LIMIT [OVER:0]"},
+			{req: request(desc("bucket", "b")), advance: time.Second, want: "OK [OK:0]"},
+			{req: request(desc("bucket", "b")), advance: 3 * time.Second, want: "OK [OK:2]"},
+		}},
+		{"default sub-windows (50 of 1.2 s): hits leave the estimate with their sub-window", []step{
+			{req: request(desc("tenant_default", "a")), want: "OK [OK:1]"},
+			{req: request(desc("tenant_default", "a")), want: "OK [OK:0]"},
+			{req: request(desc("tenant_default", "a")), advance: 59 * time.Second, want: "OVER_LIMIT [OVER:0]"},
+			// 63 s on, both hits' sub-window [0 s, 1.2 s) has left (the
+			// classic counter would still weigh them in until 120 s).
+			{req: request(desc("tenant_default", "a")), advance: 4 * time.Second, want: "OK [OK:1]"},
+		}},
+		{"overdraw: every report counts, so the third check is denied", []step{
+			{req: check(desc("ai_tenant", "t1")), want: "OK [OK:10000]"},
+			{req: report(desc("ai_tenant", "t1"), 8000), want: "OK [OK:2000]"},
+			{req: check(desc("ai_tenant", "t1")), want: "OK [OK:2000]"},
+			// The report that takes the budget over is counted all the same.
+			{req: report(desc("ai_tenant", "t1"), 8000), want: "OK [OK:0]"},
+			{req: check(desc("ai_tenant", "t1")), want: "OVER_LIMIT [OVER:0]"},
+			{req: report(desc("ai_tenant", "t1"), 8000), want: "OVER_LIMIT [OVER:0]"},
+			{req: check(desc("ai_tenant", "t2")), want: "OK [OK:10000]"},
+		}},
+		{"concurrency: acquire 2 of 2, the third denied, a release admits the next", []step{
+			{req: request(desc("inflight", "a")), want: "OK [OK:1]"},
+			{req: request(desc("inflight", "a")), want: "OK [OK:0]"},
+			{req: request(desc("inflight", "a")), want: "OVER_LIMIT [OVER:0]"},
+			{req: release(desc("inflight", "a")), want: "OK [OK:1]"},
+			{req: request(desc("inflight", "a")), want: "OK [OK:0]"},
+		}},
 		{"quota mode denies only when every quota descriptor is over", []step{
 			{req: request(desc("service", "a"), desc("service", "b")), want: "OK [OK:0 OK:0]"},
 			// Both quotas are now over: denied, and nothing consumed (q
@@ -200,6 +244,25 @@ func TestSequences(t *testing.T) {
 			runSteps(t, s, clk, tc.steps)
 		})
 	}
+}
+
+// check is a request of one descriptor with hits_addend 0: evaluate only.
+func check(d *rlcommon.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	d.HitsAddend = wrapperspb.UInt64(0)
+	return request(d)
+}
+
+// report is the request Envoy sends when a stream ends: n hits.
+func report(d *rlcommon.RateLimitDescriptor, n uint64) *rlsv3.RateLimitRequest {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return request(d)
+}
+
+// release gives one hit back (is_negative_hits), as a stream's end does for
+// a concurrency limit.
+func release(d *rlcommon.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	d.IsNegativeHits = true
+	return request(d)
 }
 
 func TestHitsAddend(t *testing.T) {
@@ -417,4 +480,24 @@ func TestDegradedLogThrottled(t *testing.T) {
 	if n := logs.Len(); n != 1 {
 		t.Errorf("%d log lines for 100 degraded answers, want 1", n)
 	}
+}
+
+// TestOverdrawSetting: --overdraw makes every rule that does not say count
+// every report (configs over xDS cannot say), and a rule that says
+// overdraw: false keeps all or nothing.
+func TestOverdrawSetting(t *testing.T) {
+	s, clk := newTestService(t, Options{}, ratelimit.Options{Overdraw: true})
+	runSteps(t, s, clk, []step{
+		// api_key (per_key, 3 a minute, no overdraw field): a report of 5
+		// is counted though it is over the limit.
+		{req: report(desc("api_key", "o"), 2), want: "OK [OK:1]"},
+		{req: report(desc("api_key", "o"), 5), want: "OK [OK:0]"},
+		{req: check(desc("api_key", "o")), want: "OVER_LIMIT [OVER:0]"},
+	})
+	s, clk = newTestService(t, Options{})
+	runSteps(t, s, clk, []step{
+		{req: report(desc("api_key", "o"), 2), want: "OK [OK:1]"},
+		{req: report(desc("api_key", "o"), 5), want: "OVER_LIMIT [OVER:0]"},
+		{req: check(desc("api_key", "o")), want: "OK [OK:1]"},
+	})
 }

@@ -3,6 +3,13 @@
 // exact sliding log.
 //
 //	go run ./bench/accuracy/cmd -requests 10000000 -seed 1
+//
+// With -compare it replays the trace through every algorithm instead (the
+// table of BENCHMARKS.md), optionally with one limit for every source
+// (-limit 100/1m) and the Redis cost of each on a running redis-server
+// (-redis 127.0.0.1:6379):
+//
+//	go run ./bench/accuracy/cmd -compare -requests 2000000 -limit 100/1m -duration 20m -redis 127.0.0.1:6379
 package main
 
 import (
@@ -10,6 +17,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 
 	"github.com/sluicehq/sluice/bench/accuracy"
 )
@@ -21,7 +33,17 @@ func main() {
 	flag.DurationVar(&o.Duration, "duration", 0, "most simulated time a source is active (0 = 1h)")
 	flag.IntVar(&o.MaxPerSource, "max-per-source", 0, "most requests of one source (0 = 200000)")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
+	compare := flag.Bool("compare", false, "replay through every algorithm and print the comparison table")
+	limit := flag.String("limit", "", "with -compare: every source's limit, as requests/window (100/1m)")
+	redisAddr := flag.String("redis", "", "with -compare: a redis-server to measure CPU and memory on")
 	flag.Parse()
+	if *compare {
+		if err := runCompare(o, *limit, *redisAddr, *asJSON); err != nil {
+			fmt.Fprintf(os.Stderr, "accuracy: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	r := accuracy.Replay(o)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -33,4 +55,32 @@ func main() {
 		return
 	}
 	r.WriteText(os.Stdout)
+}
+
+func runCompare(o accuracy.TraceOptions, limit, redisAddr string, asJSON bool) error {
+	if limit != "" {
+		n, w, ok := strings.Cut(limit, "/")
+		req, err1 := strconv.ParseUint(n, 10, 64)
+		win, err2 := time.ParseDuration(w)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("-limit %q: want requests/window, like 100/1m", limit)
+		}
+		o.Limit = limiter.Limit{Requests: req, Window: win}
+	}
+	vs := accuracy.Variants()
+	c := accuracy.Compare(o, vs)
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	c.WriteText(os.Stdout)
+	if redisAddr == "" {
+		return nil
+	}
+	l := o.Limit
+	if l.Window == 0 {
+		l = limiter.Limit{Requests: 100, Window: time.Minute}
+	}
+	return redisCost(os.Stdout, redisAddr, l, vs, 100, 200)
 }

@@ -65,6 +65,15 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"ConcurrentOneCounter", testConcurrentOneCounter},
 		{"ConcurrentAllOrNothing", testConcurrentAllOrNothing},
 		{"UnusualKeys", testUnusualKeys},
+		{"SubWindows", testSubWindows},
+		{"TokenBucket", testTokenBucket},
+		{"FixedWindow", testFixedWindow},
+		{"SlidingLog", testSlidingLog},
+		{"Concurrency", testConcurrency},
+		{"AlgorithmsAreSeparateCounters", testAlgorithmsAreSeparateCounters},
+		{"AllOrNothingAcrossAlgorithms", testAllOrNothingAcrossAlgorithms},
+		{"RandomSequenceEveryAlgorithm", testRandomSequenceEveryAlgorithm},
+		{"Overdraw", testOverdraw},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -88,6 +97,7 @@ type counterID struct {
 	key    string
 	window time.Duration
 	alg    limiter.Algorithm
+	sub    int64
 }
 
 func newEnv(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) *env {
@@ -126,8 +136,8 @@ func (e *env) apply(hits ...limiter.Hit) []limiter.Result {
 	if !reflect.DeepEqual(got, want) {
 		e.t.Fatalf("Apply(%s) = %+v, want %+v (limiter.Evaluate)", describe(hits), got, want)
 	}
-	if admitted {
-		for i, h := range hits {
+	for i, h := range hits {
+		if admitted || overdrawn(hits, idOf(h)) {
 			e.counters[idOf(h)] = next[i]
 		}
 	}
@@ -156,7 +166,9 @@ func (e *env) expectExact(hits []limiter.Hit, want ...limiter.Result) {
 	}
 }
 
-func idOf(h limiter.Hit) counterID { return counterID{h.Key, h.Limit.Window, h.Limit.Algorithm} }
+func idOf(h limiter.Hit) counterID {
+	return counterID{h.Key, h.Limit.Window, h.Limit.Algorithm, h.Limit.SubWindowCount()}
+}
 
 func describe(hits []limiter.Hit) string {
 	var b strings.Builder
@@ -168,8 +180,9 @@ func describe(hits []limiter.Hit) string {
 		if len(k) > 40 {
 			k = fmt.Sprintf("%s...(%d bytes)", k[:40], len(k))
 		}
-		fmt.Fprintf(&b, "{%q %d/%v %v hits=%d refund=%v shadow=%v quota=%v}",
-			k, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Hits, h.Refund, h.Shadow, h.Quota)
+		fmt.Fprintf(&b, "{%q %d/%v %v burst=%d sub=%d hits=%d refund=%v shadow=%v quota=%v}",
+			k, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows,
+			h.Hits, h.Refund, h.Shadow, h.Quota)
 	}
 	return "[" + b.String() + "]"
 }
@@ -574,4 +587,216 @@ func testUnusualKeys(t *testing.T, e *env) {
 	}
 	e.apply(all...)
 	e.apply(append(all, hit(e.key("full"), limit(0, w), 1))...)
+}
+
+func algLimit(alg limiter.Algorithm, n uint64, w time.Duration) limiter.Limit {
+	return limiter.Limit{Requests: n, Window: w, Algorithm: alg}
+}
+
+// testSubWindows: 6 sub-windows of 10 s on 6/min; every sub-window that
+// overlaps the sliding window counts whole.
+func testSubWindows(t *testing.T, e *env) {
+	l := limiter.Limit{Requests: 6, Window: time.Minute, SubWindows: 6}
+	k := e.key("a")
+	e.clk.Advance(ms(5_000)) // 5 s into sub-window 0
+	e.expect([]limiter.Hit{hit(k, l, 4)}, limiter.Result{Allowed: true, Remaining: 2, ResetAfter: ms(65_000)})
+	e.clk.Advance(ms(10_000)) // sub-window 1
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(65_000)})
+	// Full: the 4 of sub-window 0 leave the estimate when sub-window 7
+	// starts, at 70 s (at 60 s the window (0 s, 60 s] still holds them).
+	e.expect([]limiter.Hit{hit(k, l, 3)}, limiter.Result{RetryAfter: ms(55_000), ResetAfter: ms(65_000)})
+	e.clk.Advance(ms(54_999))
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(10_001)})
+	e.clk.Advance(ms(1))
+	e.expect([]limiter.Hit{hit(k, l, 4)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(70_000)})
+	// A refund takes back from the current sub-window only.
+	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 5, Refund: true}},
+		limiter.Result{Allowed: true, Remaining: 4, ResetAfter: ms(10_000)})
+}
+
+// testTokenBucket: a bucket of 5 refilled at 3/s: a burst, then the rate.
+func testTokenBucket(t *testing.T, e *env) {
+	l := limiter.Limit{Requests: 3, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 5}
+	k := e.key("a")
+	e.expect([]limiter.Hit{hit(k, l, 5)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(1667)})
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(334), ResetAfter: ms(1667)})
+	e.clk.Advance(ms(334))
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(1666)})
+	e.expect([]limiter.Hit{hit(k, l, 6)}, limiter.Result{ExceedsLimit: true, RetryAfter: time.Second, ResetAfter: ms(1666)})
+	e.clk.Advance(ms(1666))
+	e.expect([]limiter.Hit{hit(k, l, 0)}, limiter.Result{Allowed: true, Remaining: 5})
+	// A refund gives tokens back, never more than the burst.
+	e.apply(hit(k, l, 4))
+	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 9, Refund: true}}, limiter.Result{Allowed: true, Remaining: 5})
+}
+
+// testFixedWindow: the peer's windows, but a denial consumes nothing.
+func testFixedWindow(t *testing.T, e *env) {
+	l := algLimit(limiter.FixedWindow, 3, time.Minute)
+	k := e.key("a")
+	e.clk.Advance(ms(50_000))
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(10_000)})
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{RetryAfter: ms(10_000), ResetAfter: ms(10_000)})
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(10_000)})
+	e.clk.Advance(ms(10_000))
+	e.expect([]limiter.Hit{hit(k, l, 3)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+}
+
+// testSlidingLog: exact; a hit leaves the window exactly one window later.
+func testSlidingLog(t *testing.T, e *env) {
+	l := algLimit(limiter.SlidingLog, 3, 10*time.Second)
+	k := e.key("a")
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(10_000)})
+	e.clk.Advance(ms(4_000))
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(10_000)})
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{RetryAfter: ms(6_000), ResetAfter: ms(10_000)})
+	e.expect([]limiter.Hit{hit(k, l, 3)}, limiter.Result{RetryAfter: ms(10_000), ResetAfter: ms(10_000)})
+	e.clk.Advance(ms(6_000))
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(10_000)})
+	// A refund removes the newest hits.
+	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 2, Refund: true}}, limiter.Result{Allowed: true, Remaining: 2, ResetAfter: ms(4_000)})
+}
+
+// testConcurrency: acquire 2 of 2, the third is denied, a release admits the
+// next; a leaked slot frees itself one window after its acquire.
+func testConcurrency(t *testing.T, e *env) {
+	l := algLimit(limiter.Concurrency, 2, time.Minute)
+	k := e.key("a")
+	acquire, release := []limiter.Hit{hit(k, l, 1)}, []limiter.Hit{{Key: k, Limit: l, Hits: 1, Refund: true}}
+	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	e.clk.Advance(ms(10))
+	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+	e.expect(acquire, limiter.Result{RetryAfter: ms(59_990), ResetAfter: ms(60_000)})
+	e.expect(release, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+	// Release more than held: never below empty.
+	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 9, Refund: true}}, limiter.Result{Allowed: true, Remaining: 2})
+	// Two slots leak; they are free one window after their acquire.
+	e.apply(hit(k, l, 2))
+	e.clk.Advance(ms(59_999))
+	e.expect(acquire, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(1)})
+	e.clk.Advance(ms(1))
+	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+}
+
+// testAlgorithmsAreSeparateCounters: the same key under each algorithm (and
+// each number of sub-windows) is its own counter.
+func testAlgorithmsAreSeparateCounters(t *testing.T, e *env) {
+	k := e.key("a")
+	var ls []limiter.Limit
+	for _, a := range limiter.Algorithms() {
+		ls = append(ls, algLimit(a, 1, time.Minute))
+	}
+	ls = append(ls, limiter.Limit{Requests: 1, Window: time.Minute, SubWindows: 6},
+		limiter.Limit{Requests: 1, Window: time.Minute, SubWindows: 12})
+	for _, l := range ls {
+		if res := e.apply(hit(k, l, 1)); !res[0].Allowed {
+			t.Fatalf("first hit under %v (sub-windows %d) = %+v: it shares a counter", l.Algorithm, l.SubWindows, res[0])
+		}
+	}
+	for _, l := range ls {
+		if res := e.apply(hit(k, l, 1)); res[0].Allowed {
+			t.Fatalf("second hit under %v (sub-windows %d) = %+v, want denied", l.Algorithm, l.SubWindows, res[0])
+		}
+	}
+}
+
+// testAllOrNothingAcrossAlgorithms: one request over every algorithm; one
+// full counter denies it and none consumes.
+func testAllOrNothingAcrossAlgorithms(t *testing.T, e *env) {
+	var req []limiter.Hit
+	for _, a := range limiter.Algorithms() {
+		req = append(req, hit(e.key("k"+a.String()), algLimit(a, 2, time.Minute), 1))
+	}
+	req = append(req, hit(e.key("sub"), limiter.Limit{Requests: 2, Window: time.Minute, SubWindows: 12}, 1))
+	full := hit(e.key("full"), algLimit(limiter.TokenBucket, 1, time.Minute), 1)
+	e.apply(full)
+	for range 3 {
+		res := e.apply(append(req, full)...)
+		for i, r := range res[:len(req)] {
+			if !r.Allowed || r.Remaining != 2 {
+				t.Fatalf("hit %d of a denied request: %+v, want Allowed with Remaining 2 (nothing consumed)", i, r)
+			}
+		}
+	}
+	for i, r := range e.apply(req...) {
+		if !r.Allowed || r.Remaining != 1 {
+			t.Fatalf("hit %d of an admitted request: %+v, want Allowed with Remaining 1", i, r)
+		}
+	}
+}
+
+// testRandomSequenceEveryAlgorithm: random requests mixing every
+// algorithm; apply compares every Result with limiter.Evaluate.
+func testRandomSequenceEveryAlgorithm(t *testing.T, e *env) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	keys := []string{e.key("a"), e.key("b")}
+	limits := []limiter.Limit{
+		limit(5, time.Second),
+		{Requests: 7, Window: 6 * time.Second, SubWindows: 6},
+		{Requests: 4, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 6},
+		{Requests: 3, Window: 7 * time.Second, Algorithm: limiter.TokenBucket},
+		algLimit(limiter.FixedWindow, 4, time.Second),
+		algLimit(limiter.SlidingLog, 5, 3*time.Second),
+		algLimit(limiter.Concurrency, 3, 2*time.Second),
+		{Requests: 6, Window: time.Second, Overdraw: true},
+		{Requests: 4, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 6, Overdraw: true},
+	}
+	for range 400 {
+		hits := make([]limiter.Hit, 1+r.IntN(4))
+		for i := range hits {
+			hits[i] = limiter.Hit{Key: keys[r.IntN(len(keys))], Limit: limits[r.IntN(len(limits))], Hits: uint64(r.IntN(4)),
+				Refund: r.IntN(6) == 0, Shadow: r.IntN(8) == 0, Quota: r.IntN(4) == 0}
+		}
+		e.apply(hits...)
+		switch r.IntN(5) {
+		case 0:
+			e.clk.Advance(ms(1 + r.Int64N(1_000)))
+		case 1:
+			e.clk.Advance(ms(r.Int64N(5_000)))
+		case 2:
+			e.clk.Advance(ms(r.Int64N(3)))
+		}
+	}
+}
+
+// overdrawn reports whether a denied request still grows counter id: one of
+// its overdraw hits on it asks for hits.
+func overdrawn(hits []limiter.Hit, id counterID) bool {
+	for _, h := range hits {
+		if idOf(h) == id && h.Limit.Overdraw && !h.Refund && h.Hits > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// testOverdraw is the token budget of issue 13: check (hits 0), report the
+// tokens used; a report is counted even when it takes the counter over, so
+// the next check is denied; another tenant is unaffected; a request denied
+// by another limit still counts its overdraw hits (and only those).
+func testOverdraw(t *testing.T, e *env) {
+	l := limiter.Limit{Requests: 10_000, Window: time.Hour, SubWindows: 50, Overdraw: true}
+	a, b := e.key("tenant-a"), e.key("tenant-b")
+	check, report := hit(a, l, 0), hit(a, l, 8000)
+	e.expect([]limiter.Hit{check}, limiter.Result{Allowed: true, Remaining: 10_000})
+	e.expect([]limiter.Hit{report}, limiter.Result{Allowed: true, Remaining: 2000, ResetAfter: ms(3_672_000)})
+	e.expect([]limiter.Hit{check}, limiter.Result{Allowed: true, Remaining: 2000, ResetAfter: ms(3_672_000)})
+	// Over the limit with this report: counted all the same.
+	e.expect([]limiter.Hit{report}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(3_672_000)})
+	res := e.apply(check)
+	if res[0].Allowed || res[0].RetryAfter <= 0 {
+		t.Fatalf("check after 16000 of 10000 = %+v, want denied", res[0])
+	}
+	// A denied report is counted too (a report cannot be refused).
+	e.apply(report)
+	e.expect([]limiter.Hit{hit(b, l, 0)}, limiter.Result{Allowed: true, Remaining: 10_000})
+	// Denied by another limit: the overdraw hit counts, the other does not.
+	other := hit(e.key("other"), limit(5, time.Hour), 1)
+	e.apply(hit(e.key("full"), limit(0, time.Hour), 1), hit(b, l, 3000), other)
+	e.expect([]limiter.Hit{hit(b, l, 0), hit(e.key("other"), limit(5, time.Hour), 0)},
+		limiter.Result{Allowed: true, Remaining: 7000, ResetAfter: ms(3_672_000)},
+		limiter.Result{Allowed: true, Remaining: 5})
 }

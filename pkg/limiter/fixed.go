@@ -1,0 +1,94 @@
+package limiter
+
+import (
+	"fmt"
+	"math"
+)
+
+// fixedWindow is envoyproxy/ratelimit's fixed window counter, so that a
+// migration can start with unchanged behaviour: one count per window
+// [i*w, (i+1)*w), aligned to the Unix epoch, and a request is admitted iff
+// count + n <= limit. Unlike the peer's, a denied request consumes nothing
+// (section 3's all or nothing), so a client that keeps retrying is admitted
+// again at the next window; on any sequence of single hits inside one window
+// both give the same codes. It lets up to twice the limit through across a
+// window boundary, which is why it is not the default. Its Lua twin is the
+// fixed_window section of pkg/redis/limiter.lua.
+//
+// Its State: At is the window index i = floor(now_ms / w), N1 the count.
+type fixedWindow struct{}
+
+func (fixedWindow) validate(l Limit) error { return noParameters(l) }
+
+// noParameters refuses the parameters of other algorithms on l.
+func noParameters(l Limit) error {
+	if l.Burst != 0 {
+		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only token_bucket has)", l.Burst, l.Algorithm)
+	}
+	if l.SubWindows != 0 {
+		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only sliding_window has)", l.SubWindows, l.Algorithm)
+	}
+	return nil
+}
+
+func (fixedWindow) capacity(l Limit) uint64 { return l.Requests }
+
+func (fixedWindow) denialsHold() bool { return true }
+
+// roll empties the count when its window has passed; a state stored in a
+// later window (the clock stepped back) is kept and seen from the start of
+// its window.
+func (fixedWindow) roll(s State, nowMs int64, l Limit) State {
+	index := floorDiv(nowMs, l.Window.Milliseconds())
+	if s.At == index || s.At > index && s.N1 != 0 {
+		return s
+	}
+	return State{At: index}
+}
+
+// decide admits n iff count + n <= limit; otherwise the retry is the end of
+// the window, when the count is zero (n <= limit).
+func (fixedWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64) {
+	if float64(float64(s.N1)+float64(n)) <= float64(l.Requests) {
+		return true, 0
+	}
+	w := l.Window.Milliseconds()
+	return false, w - elapsed(nowMs, w, s.At)
+}
+
+// consume adds inc, saturating at MaxCount, then takes dec, never below 0.
+func (fixedWindow) consume(s State, _ int64, _ Limit, inc, dec uint64) State {
+	c := min(satAdd(s.N1, inc), MaxCount)
+	if dec >= c {
+		c = 0
+	} else {
+		c -= dec
+	}
+	s.N1 = c
+	return s
+}
+
+// report: remaining is limit - count, at least 0; the reset is the end of
+// the window while the count holds hits.
+func (fixedWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64, int64) {
+	var reset int64
+	if s.N1 > 0 {
+		w := l.Window.Milliseconds()
+		reset = w - elapsed(nowMs, w, s.At)
+	}
+	if !allowed {
+		return 0, reset
+	}
+	r := float64(float64(l.Requests) - float64(s.N1))
+	if r <= 0 {
+		return 0, reset
+	}
+	return uint64(r), reset
+}
+
+func (fixedWindow) expires(s State, l Limit) int64 {
+	if s.N1 == 0 {
+		return math.MinInt64
+	}
+	return (s.At + 1) * l.Window.Milliseconds()
+}
