@@ -8,6 +8,9 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -20,8 +23,8 @@ import (
 // fieldPrefixes are the fields a refused report's status may name.
 var fieldPrefixes = []string{"domain: ", "bucket_quota_usages["}
 
-// FuzzReport feeds two usage reports, as bytes on the wire, to one stream's
-// report handling, then closes the stream. It requires that nothing panics,
+// FuzzReport feeds two usage reports, as bytes on the wire decoded by Codec,
+// to one stream's report handling, then closes the stream. It requires that nothing panics,
 // that a refused report ends with INVALID_ARGUMENT naming a field, that an
 // accepted one is answered with at most one valid action per bucket of it,
 // each for one of its bucket ids, and that the closed stream leaves no
@@ -59,6 +62,9 @@ func FuzzReport(f *testing.F) {
 	add(r("d", u(1, 0)), nil)
 	add(r("d", u(1<<62, 0, "api_key", "a")), nil)
 
+	// Reports are decoded as the server does: strings that are not UTF-8
+	// are kept.
+	wire := Codec(encoding.GetCodecV2(grpcproto.Name))
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		clock := testclock.New(time.Unix(1_800_000_000, 0))
 		shares := limiter.NewMemoryShares(clock.Now)
@@ -68,7 +74,7 @@ func FuzzReport(f *testing.F) {
 		st := s.openStream()
 		for _, b := range [][]byte{first, second} {
 			var rep rlqsv3.RateLimitQuotaUsageReports
-			if proto.Unmarshal(b, &rep) != nil {
+			if wire.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &rep) != nil {
 				break
 			}
 			resp, err := s.handle(context.Background(), st, &rep)
