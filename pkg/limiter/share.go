@@ -94,18 +94,19 @@ type Holding struct {
 // sets its share. It returns the Share and the holdings to store; held is
 // modified and returned.
 //
-// The claimant's target is its fair part of the Limit: when the live
-// holders' total demand D (in thousandths) is at most the limit, its demand
-// plus an equal part of the headroom, floor((d + (1000*Limit - D)/n)/1000)
-// for n holders, so that an idle holder keeps some; above the limit, its
-// part in proportion to demand, floor(Limit*d/D). Its new share is the
+// A holder's target is its fair part of the Limit: when the live holders'
+// total demand D (in thousandths) is at most the limit, its demand plus an
+// equal part of the headroom, floor((d + (1000*Limit - D)/n)/1000) for n
+// holders, so that an idle holder keeps some; above the limit, its part in
+// proportion to demand, floor(Limit*d/D). The claimant's new share is its
 // target, except that it keeps its current share when that is within 10% of
-// the target (so Envoy keeps its token bucket instead of starting a new
-// one) and never takes more than the other holders leave free: shares always
-// add up to at most the Limit, and a holder whose target grows gets the rest
-// once the others shrink, at their next claims. Divide computes in float64
-// in the operation order of the Redis twin (pkg/redis quota.lua), so both
-// give the same results.
+// the target (so Envoy keeps its token bucket instead of starting a new one)
+// and either below the target or leaving every other holder room for its
+// own target; and it never takes more than the other holders leave free:
+// shares always add up to at most the Limit, and a holder whose target grows
+// gets the rest once the others shrink, at their next claims. Divide
+// computes in float64 in the operation order of the Redis twin (pkg/redis
+// quota.lua), so both give the same results.
 func Divide(held map[string]Holding, c Claim, nowMs int64) (Share, map[string]Holding) {
 	if held == nil {
 		held = make(map[string]Holding)
@@ -126,13 +127,20 @@ func Divide(held map[string]Holding, c Claim, nowMs int64) (Share, map[string]Ho
 		}
 	}
 	total += c.Demand
+	// need is what the others hold once each has at least its target.
+	var need uint64
+	for h, v := range held {
+		if h != c.Holder {
+			need += max(v.Share, shareTarget(c.Limit, v.Demand, total, n))
+		}
+	}
 	target := shareTarget(c.Limit, c.Demand, total, n)
 	free := uint64(0)
 	if others < c.Limit {
 		free = c.Limit - others
 	}
 	next := target
-	if cur <= free && absDiff(target, cur)*10 <= cur {
+	if absDiff(target, cur)*10 <= cur && (cur < target || cur+need <= c.Limit) {
 		next = cur
 	}
 	next = min(next, free)

@@ -32,7 +32,7 @@ local all = redis.call('HGETALL', key)
 local n, total, others, cur = 1, demand, 0, 0
 local expires = now + hold
 local last = expires
-local dead = {}
+local dead, live = {}, {}
 for i = 1, #all, 2 do
   local s, d, e = string.match(all[i + 1], '^(%d+):(%d+):(%d+)$')
   s, d, e = tonumber(s), tonumber(d), tonumber(e)
@@ -44,6 +44,7 @@ for i = 1, #all, 2 do
     n = n + 1
     total = total + d
     others = others + s
+    live[#live + 1] = {s, d}
     if e > last then last = e end
   end
 end
@@ -52,18 +53,27 @@ for i = 1, #dead, 1000 do
   redis.call('HDEL', key, unpack(dead, i, math.min(i + 999, #dead)))
 end
 
-local target
-if total <= limit * 1000 then
-  target = math.floor((demand + (limit * 1000 - total) / n) / 1000)
-else
-  target = math.floor(limit * demand / total)
+local function target_of(d)
+  local t
+  if total <= limit * 1000 then
+    t = math.floor((d + (limit * 1000 - total) / n) / 1000)
+  else
+    t = math.floor(limit * d / total)
+  end
+  if t >= limit then t = limit end
+  return t
 end
-if target >= limit then target = limit end
 
+-- need: what the others hold once each has at least its target.
+local need = 0
+for _, h in ipairs(live) do
+  need = need + math.max(h[1], target_of(h[2]))
+end
+local target = target_of(demand)
 local free = 0
 if others < limit then free = limit - others end
 local nxt = target
-if cur <= free and math.abs(target - cur) * 10 <= cur then nxt = cur end
+if math.abs(target - cur) * 10 <= cur and (cur < target or cur + need <= limit) then nxt = cur end
 if nxt > free then nxt = free end
 
 redis.call('HSET', key, holder, string.format('%.0f:%.0f:%.0f', nxt, demand, expires))

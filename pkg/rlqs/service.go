@@ -268,6 +268,8 @@ func (s *Service) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateL
 		select {
 		case <-s.stopping:
 			return status.Error(codes.Unavailable, "server shutting down: reopen the stream")
+		case <-ctx.Done(): // the reader may see it first and deliver nothing
+			return status.FromContextError(ctx.Err()).Err()
 		case m = <-msgs:
 		}
 		if errors.Is(m.err, io.EOF) {

@@ -501,3 +501,22 @@ func TestStop(t *testing.T) {
 	}
 	waitFor(t, "shares released", func() bool { return e.shares.Len() == 0 })
 }
+
+// TestCancelledStreamFreed: a stream that Envoy cancels (or whose
+// connection drops) releases its shares and its state at once, whichever of
+// the handler and its reader sees the end first.
+func TestCancelledStreamFreed(t *testing.T) {
+	e := newEnv(t, testYAML, rlqs.Options{})
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := e.client.StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exchange(t, s, reports("d", usage(1, 0, "api_key", "k")))
+		cancel()
+		waitFor(t, "the cancelled stream freed", func() bool {
+			return e.shares.Len() == 0 && e.gauge(t, "sluice_rlqs_streams") == 0 && e.gauge(t, "sluice_rlqs_buckets") == 0
+		})
+	}
+}

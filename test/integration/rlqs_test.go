@@ -69,7 +69,11 @@ func TestQuotaFleet(t *testing.T) {
 	e2 := startQuotaEnvoy(t, a, "e2", 75, reportsPer, "quota", bucket)
 	e3 := startQuotaEnvoy(t, b, "e3", 25, reportsPer, "quota", bucket)
 
-	time.Sleep(2 * time.Second) // the shares settle
+	// The shares settle within a few reports; then token buckets started
+	// on the way may still be full, so the windows are counted a second
+	// later.
+	waitShares(t, "three envoys", map[*quotaEnvoy]int{e1: 60, e2: 30, e3: 10}, 10*time.Second)
+	time.Sleep(time.Second)
 	checkWindows(t, "three envoys", []*quotaEnvoy{e1, e2, e3}, 3)
 	checkShares(t, "three envoys", map[*quotaEnvoy]int{e1: 60, e2: 30, e3: 10})
 	if hs := quotaHoldings(t, addr, prefix); len(hs) != 3 || sum(hs) > quotaLimit {
@@ -77,13 +81,15 @@ func TestQuotaFleet(t *testing.T) {
 	}
 
 	e1.kill() // its stream ends: its share is released at once
+	waitShares(t, "after e1 was killed", map[*quotaEnvoy]int{e2: 75, e3: 25}, 2*time.Second)
 	time.Sleep(time.Second)
-	checkShares(t, "after e1 was killed", map[*quotaEnvoy]int{e2: 75, e3: 25})
 	checkWindows(t, "after e1 was killed", []*quotaEnvoy{e2, e3}, 2)
 
 	e3.hang() // its stream stays open, silent: its share lasts the TTL + 0.5 s
-	time.Sleep(2 * time.Second)
-	checkShares(t, "after e3 hung", map[*quotaEnvoy]int{e2: quotaLimit})
+	took := waitShares(t, "after e3 hung", map[*quotaEnvoy]int{e2: quotaLimit}, 3*time.Second)
+	if took < time.Second {
+		t.Errorf("e3's share went to e2 %v after e3 hung, before its 1 s assignment ended", took)
+	}
 	if hs := quotaHoldings(t, addr, prefix); len(hs) != 1 {
 		t.Errorf("holdings in Redis after e3's hold = %v, want e2's only", hs)
 	}
@@ -91,6 +97,30 @@ func TestQuotaFleet(t *testing.T) {
 		if err := e.err(); err != nil {
 			t.Errorf("%s's stream ended: %v", e.name, err)
 		}
+	}
+}
+
+// waitShares waits until each Envoy's share is within 20% (and 2) of want,
+// and returns how long that took; it fails the test after within.
+func waitShares(t *testing.T, what string, want map[*quotaEnvoy]int, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok := true
+		for e, w := range want {
+			if d := e.share() - w; d > w/5+2 || -d > w/5+2 {
+				ok = false
+			}
+		}
+		if ok {
+			t.Logf("%s: shares settled in %v", what, time.Since(start).Round(time.Millisecond))
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			checkShares(t, what, want)
+			t.FailNow()
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -162,11 +162,27 @@ func testShareHysteresis(t *testing.T, e *shareEnv) {
 		{"b", 50_000, sh(0, 2, 100_000)},
 		{"a", 50_000, sh(50, 2, 100_000)},
 		{"b", 50_000, sh(50, 2, 100_000)},
-		{"a", 54_000, sh(50, 2, 104_000)}, // target 51 (100*54/104): within 10% of 50, kept
-		{"b", 46_000, sh(50, 2, 100_000)}, // target 46: |46-50|*10 = 40 <= 50, kept
-		{"a", 60_000, sh(50, 2, 106_000)}, // target 56: |56-50|*10 = 60 > 50, but only 50 free
+		{"a", 54_000, sh(50, 2, 104_000)}, // target 51 (100*54/104): within 10% above 50, kept
+		{"b", 46_000, sh(46, 2, 100_000)}, // target 46: within 10% below 50, but a needs 54: shrinks
+		{"a", 60_000, sh(54, 2, 106_000)}, // target 56: |56-50|*10 = 60 > 50, but only 54 free
 		{"b", 40_000, sh(40, 2, 100_000)}, // target 40: shrinks
 		{"a", 60_000, sh(60, 2, 100_000)}, // target 60, now free
+	})
+	// Three holders of 32, 32 and 34 (targets) leave 2 unassigned: a holder
+	// may keep 35 against a target of 34 since the others still get theirs.
+	e.key += "3:"
+	e.steps(100, []shareStep{
+		{"a", 30_000, sh(100, 1, 30_000)},
+		{"b", 30_000, sh(0, 2, 60_000)},
+		{"a", 33_000, sh(51, 2, 63_000)}, // 33 + 37/2
+		{"b", 30_000, sh(48, 2, 63_000)}, // 30 + 37/2
+		{"c", 30_000, sh(1, 3, 93_000)},  // target 32 (30 + 7/3), 1 free
+		{"b", 30_000, sh(32, 3, 93_000)},
+		{"a", 33_000, sh(35, 3, 93_000)},
+		{"c", 30_000, sh(32, 3, 93_000)},
+		{"a", 32_000, sh(35, 3, 92_000)}, // target 34 (32 + 8/3): 35 kept, b and c need 32 each
+		{"b", 30_000, sh(32, 3, 92_000)},
+		{"a", 28_000, sh(32, 3, 88_000)}, // target 32 (28 + 12/3): keeping 35 would leave b and c 65 < 68
 	})
 }
 
