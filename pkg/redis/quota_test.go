@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,37 @@ func TestSharesScriptFlushed(t *testing.T) {
 		{Key: "k2", Window: time.Minute, Holder: "a", Limit: 4, Hold: time.Second}})
 	if err != nil || len(got) != 2 || got[0].Requests != 3 || got[1].Requests != 4 {
 		t.Fatalf("Share after SCRIPT FLUSH = %+v, %v", got, err)
+	}
+}
+
+// BenchmarkSharesReport is one Envoy report of 1, 10 or 100 buckets (one
+// claim each, on limits 8 holders share): one pipelined round trip. It
+// reports claims per second, the store-side cost of the quota service,
+// which grows with Envoys x buckets / reporting interval, not with requests.
+func BenchmarkSharesReport(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprint(n, "buckets"), func(b *testing.B) {
+			sh := benchStore(b).Shares(SharesOptions{})
+			ctx := context.Background()
+			claims := make([]limiter.Claim, n)
+			for i := range claims {
+				claims[i] = limiter.Claim{Key: fmt.Sprint("bucket", i), Window: time.Minute, Limit: 1000, Demand: 5000, Hold: 10 * time.Second}
+			}
+			for h := range 8 { // 7 other holders on every limit
+				for i := range claims {
+					claims[i].Holder = fmt.Sprint("envoy", h)
+				}
+				if _, err := sh.Share(ctx, claims); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := sh.Share(ctx, claims); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "claims/s")
+		})
 	}
 }
