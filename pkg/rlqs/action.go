@@ -17,13 +17,13 @@ type action = rlqsv3.RateLimitQuotaResponse_BucketAction
 // respond builds one action per bucket of the report, in report order (a
 // bucket id repeated in one report is answered once): an AbandonAction for
 // a bucket idle for IdleAfter, else a QuotaAssignmentAction whose strategy
-// is the bucket's: its part of the stream's share as a token bucket (a
-// share of 0 denies all), ALLOW_ALL or DENY_ALL by its rule, Unmatched
+// is the bucket's: its part of the stream's shares as a token bucket (a
+// part of 0 denies all), ALLOW_ALL or DENY_ALL by its rule, Unmatched
 // without one; and, when the store failed or the bucket is past MaxBuckets,
 // the domain's failure mode: ALLOW_ALL (allow), DENY_ALL (deny) or no
 // action (error: Envoy keeps its assignment until it expires, then applies
 // its own expired_assignment_behavior).
-func (s *Service) respond(st *stream, dom *descriptors.Domain, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage,
+func (s *Service) respond(dom *descriptors.Domain, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage,
 	seen []*bucket, storeErr error, now time.Time) *rlqsv3.RateLimitQuotaResponse {
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*action, 0, len(usages))}
 	add := func(a *action) {
@@ -46,7 +46,7 @@ func (s *Service) respond(st *stream, dom *descriptors.Domain, usages []*rlqsv3.
 		case b.policy == policyShare && storeErr != nil:
 			add(s.failureAction(dom, id))
 		default:
-			add(s.assign(id, s.strategy(st, b, now)))
+			add(s.assign(id, s.strategy(b, now)))
 		}
 		if b != nil {
 			answered[b] = true
@@ -55,8 +55,11 @@ func (s *Service) respond(st *stream, dom *descriptors.Domain, usages []*rlqsv3.
 	return resp
 }
 
-// strategy is the rate limit strategy b is assigned.
-func (s *Service) strategy(st *stream, b *bucket, now time.Time) *typev3.RateLimitStrategy {
+// strategy is the rate limit strategy b is assigned. For a bucket whose
+// rule has several limits, Envoy enforces one token bucket: the rate of the
+// slowest of its parts and the smallest capacity, so that no limit's bound
+// is exceeded (a part of 0 denies all).
+func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 	switch b.policy {
 	case policyUnmatched:
 		return blanket(s.opts.Unmatched)
@@ -65,18 +68,48 @@ func (s *Service) strategy(st *stream, b *bucket, now time.Time) *typev3.RateLim
 	case policyDeny:
 		return blanket(DenyAll)
 	}
-	g := b.group
-	part := g.share
-	if g.buckets > 1 {
-		// The group's buckets split its share by their demand, equally
-		// when none has any.
-		if g.rate > 0 {
-			part = uint64(math.Floor(float64(g.share) * b.demandRate(now) / g.rate))
-		} else {
-			part = g.share / uint64(g.buckets)
+	var fill, tokens uint64
+	var interval time.Duration
+	slowest := math.Inf(1)
+	for _, g := range b.groups {
+		part := g.part(b, now)
+		if part == 0 {
+			return blanket(DenyAll)
+		}
+		if r := float64(part) / g.claim.Window.Seconds(); r < slowest {
+			slowest, fill, interval = r, part, g.claim.Window
+		}
+		c := g.capacity(part, s.opts.Burst)
+		if tokens == 0 || c < tokens {
+			tokens = c
 		}
 	}
-	return tokenBucket(min(part, g.share), g.claim.Window, s.opts.Burst)
+	return tokenBucket(fill, interval, tokens)
+}
+
+// part is b's part of g's share: all of it for the group's only bucket; else
+// the buckets split it by their demand, equally when none has any.
+func (g *group) part(b *bucket, now time.Time) uint64 {
+	switch {
+	case g.buckets <= 1:
+		return g.share
+	case g.rate > 0:
+		return min(uint64(math.Floor(float64(g.share)*b.demandRate(now)/g.rate)), g.share)
+	}
+	return g.share / uint64(g.buckets)
+}
+
+// capacity is the token bucket capacity of a part of g's limit: for a
+// token_bucket limit, the same part of its burst; else part x burst /
+// window (burst: Options.Burst), at most part. At least 1.
+func (g *group) capacity(part uint64, burst time.Duration) uint64 {
+	var c float64
+	if g.burst > 0 && g.claim.Limit > 0 {
+		c = math.Ceil(float64(g.burst) * float64(part) / float64(g.claim.Limit))
+	} else {
+		c = min(math.Ceil(float64(part)*burst.Seconds()/g.claim.Window.Seconds()), float64(part))
+	}
+	return uint64(max(c, 1))
 }
 
 // failureAction is the domain's failure mode's action for a bucket whose
@@ -108,23 +141,16 @@ func blanket(b Blanket) *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
 }
 
-// tokenBucket is the strategy that admits share requests per window: a
-// token bucket refilled with share tokens per window (Envoy refills it
-// continuously, at share/window per second; window is whole seconds, as
-// Envoy reads fill_interval) holding share x burst / window tokens, at least
-// 1 and at most share. A share of 0 is DENY_ALL: Envoy's token bucket needs
-// max_tokens of at least 1. (Envoy implements no requests_per_time_unit
-// strategy, so none is sent.)
-func tokenBucket(share uint64, window, burst time.Duration) *typev3.RateLimitStrategy {
-	if share == 0 {
-		return blanket(DenyAll)
-	}
-	share = min(share, math.MaxUint32)
-	tokens := math.Ceil(float64(share) * burst.Seconds() / window.Seconds())
-	tokens = min(max(tokens, 1), float64(share))
+// tokenBucket is the strategy that admits fill requests per interval: a
+// token bucket refilled with fill tokens per interval (Envoy refills it
+// continuously, at fill/interval per second; the interval is whole seconds,
+// as Envoy reads fill_interval) holding tokens, each at least 1 and at most
+// 2^32-1. Envoy implements no requests_per_time_unit strategy, so none is
+// sent.
+func tokenBucket(fill uint64, interval time.Duration, tokens uint64) *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens:     uint32(tokens),
-		TokensPerFill: wrapperspb.UInt32(uint32(share)),
-		FillInterval:  durationpb.New(window),
+		MaxTokens:     uint32(min(max(tokens, 1), math.MaxUint32)),
+		TokensPerFill: wrapperspb.UInt32(uint32(min(max(fill, 1), math.MaxUint32))),
+		FillInterval:  durationpb.New(interval),
 	}}}
 }

@@ -31,7 +31,7 @@ func TestCodecKeepsRawBytes(t *testing.T) {
 			{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"ok": "fine"}}, NumRequestsAllowed: 1},
 		}}, func() proto.Message { return &rlqsv3.RateLimitQuotaUsageReports{} }},
 		{"response", &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
-			svc.assign(&rlqsv3.BucketId{Bucket: map[string]string{"name": bad}}, tokenBucket(10, time.Minute, time.Second)),
+			svc.assign(&rlqsv3.BucketId{Bucket: map[string]string{"name": bad}}, tokenBucket(10, time.Minute, 1)),
 			{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"x": bad}}, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}},
 		}}, func() proto.Message { return &rlqsv3.RateLimitQuotaResponse{} }},

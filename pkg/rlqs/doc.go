@@ -27,8 +27,10 @@
 //     As for descriptors, the rule must be exactly as deep as the bucket has
 //     keys.
 //   - How a bucket is answered: a rule with a limit is shared (below); an
-//     unlimited rule, a rule without rate_limit (a whitelist) and a rule in
-//     shadow mode get ALLOW_ALL; requests_per_unit 0 gets DENY_ALL; a bucket
+//     unlimited rule, a rule without rate_limit (a whitelist), a rule in
+//     shadow mode and a rule whose only limit is a concurrency one (requests
+//     in flight, which Envoy does not report) get ALLOW_ALL; a limit of
+//     requests_per_unit 0 gets DENY_ALL; a bucket
 //     matching no rule gets Options.Unmatched (--rlqs-unmatched), ALLOW_ALL
 //     unless set to deny, as ShouldRateLimit answers OK to a descriptor
 //     without a rule. A domain no config has ends the stream: it is Envoy's
@@ -47,7 +49,12 @@
 //     stream's buckets of one limit split its share by their demand.
 //   - The assignment is a token bucket: share tokens per window (Envoy
 //     refills continuously, at share/window per second), holding share x
-//     Options.Burst / window (--rlqs-burst), at least 1. Envoy implements no
+//     Options.Burst / window (--rlqs-burst), at least 1; for a token_bucket
+//     limit, the same part of its burst. A rule with several limits
+//     (rate_limits; each shared on its own) is one token bucket at the rate
+//     of its slowest part with the smallest capacity, so it keeps every
+//     limit's bound; give RLQS clients bursts with a token_bucket limit's
+//     burst. Envoy implements no
 //     requests_per_time_unit strategy, so none is sent. A share of 0 is
 //     DENY_ALL (Envoy requires max_tokens >= 1). TTL and fill interval are
 //     whole seconds: Envoy reads only the seconds of both.

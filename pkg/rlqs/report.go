@@ -50,7 +50,7 @@ func (s *Service) handle(ctx context.Context, st *stream, r *rlqsv3.RateLimitQuo
 		s.opts.Metrics.observeFailure(s.failureMode(dom).String())
 		s.degraded("quota store failed, answering by failure mode", dom.Name, storeErr)
 	}
-	resp := s.respond(st, dom, usages, seen, storeErr, now)
+	resp := s.respond(dom, usages, seen, storeErr, now)
 	release = append(release, s.forget(st, now)...)
 	s.release(ctx, st.domain, release)
 	return resp, nil
@@ -147,17 +147,21 @@ func (s *Service) noteInterval(st *stream, now time.Time) {
 func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now time.Time) error {
 	var touched []*group
 	for _, b := range seen {
-		if b != nil && b.group != nil && b.group.claimed != st.reports {
-			b.group.claimed, b.group.rate = st.reports, 0
-			touched = append(touched, b.group)
+		for _, g := range groupsOf(b) {
+			if g.claimed != st.reports {
+				g.claimed, g.rate = st.reports, 0
+				touched = append(touched, g)
+			}
 		}
 	}
 	if len(touched) == 0 {
 		return nil
 	}
 	for _, b := range st.buckets {
-		if b.group != nil && b.group.claimed == st.reports {
-			b.group.rate += b.demandRate(now)
+		for _, g := range b.groups {
+			if g.claimed == st.reports {
+				g.rate += b.demandRate(now)
+			}
 		}
 	}
 	claims := make([]limiter.Claim, len(touched))
@@ -189,10 +193,18 @@ func (s *Service) forget(st *stream, now time.Time) []limiter.Claim {
 		if b.abandon || now.Sub(b.seen) >= s.opts.IdleAfter {
 			delete(st.buckets, k)
 			s.opts.Metrics.bucketsAdded(-1)
-			release = append(release, st.detach(b, nil)...)
+			release = append(release, st.regroup(b, nil)...)
 		}
 	}
 	return release
+}
+
+// groupsOf is b's groups, none for nil.
+func groupsOf(b *bucket) []*group {
+	if b == nil {
+		return nil
+	}
+	return b.groups
 }
 
 // release gives up claims, logging a failure: the store reclaims them after

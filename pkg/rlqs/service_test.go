@@ -45,6 +45,14 @@ descriptors:
     value: /reports/*
     share_threshold: true
     rate_limit: {name: reports, unit: second, requests_per_unit: 30}
+  - key: streams
+    rate_limit: {algorithm: concurrency, unit: minute, requests_per_unit: 5}
+  - key: tenant
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 1000}
+  - key: client
+    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 50}
 `
 
 // env is a quota service on a real gRPC server on loopback, its memory
@@ -171,6 +179,9 @@ func TestAssignments(t *testing.T) {
 		usage(1, 0, "blocked", "x"),                        // requests_per_unit: 0
 		usage(1, 0, "trial", "x"),                          // shadow mode
 		usage(1, 0, "nothing", "x"),                        // no rule: Unmatched
+		usage(1, 0, "streams", "x"),                        // concurrency: requests in flight, not enforceable
+		usage(1, 0, "tenant", "x"),                         // 10/s and 1000/h: the hour's rate, the smaller capacity
+		usage(1, 0, "client", "x"),                         // token_bucket: its burst
 	}
 	want := []string{
 		"tb 1/10 per 1m0s ttl 10s",
@@ -179,6 +190,9 @@ func TestAssignments(t *testing.T) {
 		"deny_all ttl 10s",
 		"allow_all ttl 10s",
 		"allow_all ttl 10s",
+		"allow_all ttl 10s",
+		"tb 1/1000 per 1h0m0s ttl 10s",
+		"tb 50/10 per 1s ttl 10s",
 	}
 	resp := exchange(t, s, reports("d", us...))
 	if len(resp.GetBucketAction()) != len(want) {
@@ -192,8 +206,11 @@ func TestAssignments(t *testing.T) {
 			t.Errorf("bucket %v: %s, want %s", us[i].GetBucketId().GetBucket(), got, want[i])
 		}
 	}
-	if got := e.gauge(t, "sluice_rlqs_buckets"); got != 6 {
-		t.Errorf("sluice_rlqs_buckets = %v, want 6", got)
+	if got := e.gauge(t, "sluice_rlqs_buckets"); got != 9 {
+		t.Errorf("sluice_rlqs_buckets = %v, want 9", got)
+	}
+	if got := e.shares.Len(); got != 5 {
+		t.Errorf("holdings = %d, want 5 (search, per_key, tenant's two limits, client)", got)
 	}
 }
 

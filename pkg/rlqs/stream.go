@@ -1,6 +1,9 @@
 package rlqs
 
 import (
+	"cmp"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
@@ -45,6 +48,7 @@ type groupID struct {
 // it was given, which the group's buckets split by their demand.
 type group struct {
 	claim   limiter.Claim // Demand is set at each claim
+	burst   uint64        // a token_bucket limit's burst (capacity), else 0
 	buckets int           // buckets of the stream in the group
 	share   uint64        // the last share
 	rate    float64       // hits/s of its buckets, summed at the last claim
@@ -67,7 +71,7 @@ const (
 type bucket struct {
 	cfg    *descriptors.Config // the config its policy was resolved in
 	policy policy
-	group  *group // for policyShare
+	groups []*group // for policyShare: one per limit of its rule
 
 	rate      float64   // demand in hits/s, smoothed; -1 before the first span
 	pending   uint64    // requests reported since since
@@ -78,43 +82,58 @@ type bucket struct {
 	abandon   bool      // answered with an AbandonAction: forget it
 }
 
-// bind resolves b's policy in cfg from its bucket id and attaches it to
-// the group of its shared limit. It returns the claim of a group that b left
-// and that no bucket of the stream counts in any more, to release.
+// bind resolves b's policy in cfg from its bucket id and attaches it to the
+// groups of its rule's shared limits, one per limit (a concurrency limit
+// counts requests in flight, which Envoy does not report: it has none). It
+// returns the claims of the groups b left that no bucket of the stream
+// counts in any more, to release.
 func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *descriptors.Domain, id map[string]string) []limiter.Claim {
 	entries, rule := Match(cfg, dom.Name, id)
 	b.cfg, b.policy = cfg, s.policyOf(rule)
-	var g *group
+	var gs []*group
 	if b.policy == policyShare {
-		gid := groupID{ratelimit.CounterKey(dom.Name, entries, rule), rule.Limit.Window()}
-		if g = st.groups[gid]; g == nil {
-			g = &group{claim: limiter.Claim{Key: gid.key, Window: gid.window, Holder: st.holder, Hold: s.opts.AssignmentTTL + holdGrace}}
-			st.groups[gid] = g
+		key := ratelimit.CounterKey(dom.Name, entries, rule)
+		for _, l := range rule.Limits {
+			if l.Algorithm == limiter.Concurrency {
+				continue
+			}
+			// A rule's limits differ by window or algorithm.
+			gid := groupID{key + "\x00" + strconv.Itoa(int(l.Algorithm)), l.Window()}
+			g := st.groups[gid]
+			if g == nil {
+				g = &group{claim: limiter.Claim{Key: gid.key, Window: gid.window, Holder: st.holder, Hold: s.opts.AssignmentTTL + holdGrace}}
+				st.groups[gid] = g
+			}
+			g.claim.Limit, g.burst = uint64(l.RequestsPerUnit), 0
+			if l.Algorithm == limiter.TokenBucket {
+				g.burst = uint64(cmp.Or(l.Burst, l.RequestsPerUnit))
+			}
+			gs = append(gs, g)
 		}
-		g.claim.Limit = uint64(rule.Limit.RequestsPerUnit)
 	}
-	if g == b.group {
-		return nil
-	}
-	if g != nil {
-		g.buckets++
-	}
-	return st.detach(b, g)
+	return st.regroup(b, gs)
 }
 
-// detach moves b from its group to g (nil: none) and returns the old
-// group's claim if no bucket is left in it.
-func (st *stream) detach(b *bucket, g *group) []limiter.Claim {
-	old := b.group
-	b.group = g
-	if old == nil {
-		return nil
+// regroup moves b from its groups to gs and returns the claims of the
+// groups it left that no bucket of the stream counts in any more.
+func (st *stream) regroup(b *bucket, gs []*group) []limiter.Claim {
+	for _, g := range gs {
+		if !slices.Contains(b.groups, g) {
+			g.buckets++
+		}
 	}
-	if old.buckets--; old.buckets > 0 {
-		return nil
+	var release []limiter.Claim
+	for _, old := range b.groups {
+		if slices.Contains(gs, old) {
+			continue
+		}
+		if old.buckets--; old.buckets == 0 {
+			delete(st.groups, old.id())
+			release = append(release, old.claim)
+		}
 	}
-	delete(st.groups, old.id())
-	return []limiter.Claim{old.claim}
+	b.groups = gs
+	return release
 }
 
 // policyOf is how a bucket matching rule (nil: none) is answered.
@@ -124,8 +143,16 @@ func (s *Service) policyOf(rule *descriptors.Rule) policy {
 		return policyUnmatched
 	case rule.Unlimited || rule.Limit == nil || rule.ShadowMode || s.opts.ShadowMode:
 		return policyAllow
-	case rule.Limit.RequestsPerUnit == 0:
-		return policyDeny
+	}
+	shared := false
+	for _, l := range rule.Limits {
+		if l.RequestsPerUnit == 0 {
+			return policyDeny
+		}
+		shared = shared || l.Algorithm != limiter.Concurrency
+	}
+	if !shared {
+		return policyAllow // requests in flight only: nothing Envoy can enforce
 	}
 	return policyShare
 }
