@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 	"github.com/sluicehq/sluice/pkg/redis"
+	"github.com/sluicehq/sluice/pkg/rlqs"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
@@ -59,7 +61,9 @@ type server struct {
 	log    *zap.Logger
 	core   *ratelimit.Service
 	svc    *rls.Service
+	quota  *rlqs.Service // Envoy's rate limit quota streams (settings_rlqs.go)
 	store  limiter.Store
+	shares rlqs.Store                  // the store's shared limits, for quota
 	closer func() error                // closes the store, nil if nothing to close
 	ping   func(context.Context) error // checks the store, nil if it cannot fail
 	reg    *prometheus.Registry
@@ -147,7 +151,7 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 // replicas that were added since.
 func (srv *server) newGRPC() error {
 	s := srv.set
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rls.Codec()), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rlqs.Codec(rls.Codec())), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
 			MaxConnectionAge: ageOrInfinity(s.GRPCMaxAge), MaxConnectionAgeGrace: ageOrInfinity(s.GRPCMaxAgeGrace)})}
 	if s.GRPCTLSCert != "" {
@@ -159,6 +163,7 @@ func (srv *server) newGRPC() error {
 	}
 	srv.grpc = grpc.NewServer(append(opts, srv.trace.serverOptions()...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
+	rlqsv3.RegisterRateLimitQuotaServiceServer(srv.grpc, srv.quota)
 	srv.health = health.NewServer()
 	healthpb.RegisterHealthServer(srv.grpc, srv.health)
 	reflection.Register(srv.grpc)
@@ -213,7 +218,7 @@ func (srv *server) newServices() error {
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,
 	})
-	return nil
+	return srv.newQuota()
 }
 
 // newConfig sets up the config source the settings name: --xds-server, or
@@ -315,6 +320,7 @@ func (srv *server) openStore() error {
 			return fmt.Errorf("redis: %w", err)
 		}
 		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		srv.shares = st.Shares(redis.SharesOptions{})
 		// Dial and load the script now, so the first decision does not pay
 		// for them inside its deadline. Redis may be down: readiness says so.
 		if err := st.Warm(context.Background()); err != nil {
@@ -329,6 +335,7 @@ func (srv *server) openStore() error {
 		return nil
 	}
 	srv.store = limiter.NewMemoryStore(limiter.MemoryOptions{MaxCounters: srv.set.MaxCounters})
+	srv.shares = limiter.NewMemoryShares(nil)
 	srv.log.Info("store ready", zap.String("store", "memory"), zap.Int("max_counters", srv.set.MaxCounters))
 	return nil
 }
@@ -378,6 +385,7 @@ func (srv *server) watchHealth(ctx context.Context) {
 		}
 		srv.health.SetServingStatus("", st)
 		srv.health.SetServingStatus(rlsServiceName, st)
+		srv.health.SetServingStatus(rlqsServiceName, st)
 		if reason != last {
 			if reason == "" {
 				srv.log.Info("serving")
@@ -430,6 +438,7 @@ func (srv *server) serve(ctx context.Context) error {
 	if err == nil && srv.set.ShutdownDelay > 0 {
 		time.Sleep(srv.set.ShutdownDelay)
 	}
+	srv.quota.Stop() // quota streams never end by themselves: end them for GracefulStop
 	stopped := make(chan struct{})
 	go func() {
 		srv.grpc.GracefulStop()
@@ -451,6 +460,7 @@ func (srv *server) serve(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
+	srv.quota.Wait()
 	srv.close()
 	srv.log.Info("stopped")
 	return err

@@ -82,6 +82,8 @@ type settings struct {
 	XDS                xdsSettings
 	uiSettings         // ui.go
 	tracingSettings    // tracing.go
+	// RLQS are the rate limit quota service's settings (settings_rlqs.go).
+	RLQS rlqsSettings
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
@@ -176,9 +178,10 @@ func (s *settings) table() []setting {
 	}
 }
 
-// allSettings is table with the xDS source's settings (settings_xds.go).
+// allSettings is table with the xDS source's settings (settings_xds.go) and
+// the quota service's (settings_rlqs.go).
 func (s *settings) allSettings() []setting {
-	return append(s.table(), s.XDS.table()...)
+	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
 }
 
 // defaultCompatNames is the default of --compat-header-names.
@@ -353,6 +356,9 @@ func (s *settings) validate() error {
 		return err
 	}
 	if err := s.XDS.validate(); err != nil {
+		return err
+	}
+	if err := s.RLQS.validate(); err != nil {
 		return err
 	}
 	switch s.LogLevel {

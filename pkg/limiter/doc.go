@@ -40,6 +40,15 @@
 // MemoryStore, OverLimitCache, the key layout and the Cluster handling need
 // no change: they reach the algorithm through the table.
 //
+// # Shared limits
+//
+// Envoy's rate limit quota service (pkg/rlqs) decides no hit: it divides a
+// limit among holders (Envoy streams) in proportion to their demand, and each
+// enforces its share by itself. Claim, Share and Divide (share.go) are that
+// division, MemoryShares its in-memory store; pkg/redis's Shares runs the
+// same rule in Lua (quota.lua), and limitertest.TestShares holds both to
+// Divide.
+//
 // The package does not know descriptors, domains, config files, gRPC, Envoy
 // protos or response headers (pkg/descriptors and pkg/rls do), nor Redis
 // (pkg/redis implements Store). It imports only the standard library and no

@@ -20,7 +20,7 @@ func TestNoEnvoyProtos(t *testing.T) {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			for _, banned := range []string{"github.com/envoyproxy/", "google.golang.org/grpc", "github.com/redis/", "github.com/sluicehq/sluice/pkg/rls"} {
+			for _, banned := range []string{"github.com/envoyproxy/", "google.golang.org/grpc", "github.com/redis/", "github.com/sluicehq/sluice/pkg/rls", "github.com/sluicehq/sluice/pkg/rlqs"} {
 				if strings.HasPrefix(dep, banned) {
 					t.Errorf("%s imports %s", pkg, dep)
 				}
@@ -29,12 +29,12 @@ func TestNoEnvoyProtos(t *testing.T) {
 	}
 }
 
-// TestFunctionsFitOnAScreen keeps the decision and the Envoy adapter made of
-// named stages: no function of pkg/ratelimit or pkg/rls is longer than 60
+// TestFunctionsFitOnAScreen keeps the decision and the Envoy adapters made of
+// named stages: no function of pkg/ratelimit, pkg/rls or pkg/rlqs is longer than 60
 // lines.
 func TestFunctionsFitOnAScreen(t *testing.T) {
 	const maxLines = 60
-	for _, dir := range []string{".", "../rls"} {
+	for _, dir := range []string{".", "../rls", "../rlqs"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -1,9 +1,11 @@
 // Package ratelimit is Sluice's rate-limit decision, free of any wire
 // protocol: Service.Decide takes a Request (a domain and its descriptors)
 // and returns a Decision (one Status per descriptor, the overall code, the
-// binding limit and Retry-After). Every front end calls it: pkg/rls for
-// Envoy's envoy.service.ratelimit.v3 (gRPC and /json), and later Envoy's
-// rate limit quota service.
+// binding limit and Retry-After). Every front end that decides per request
+// calls it: pkg/rls for Envoy's envoy.service.ratelimit.v3 (gRPC and /json).
+// Envoy's rate limit quota service (pkg/rlqs) decides no request: it reads
+// the config in force (Service.Config) and names its shared limits with
+// CounterKey.
 //
 // Decide runs four named stages, one file each:
 //

@@ -50,4 +50,12 @@
 // state no longer matters and at most two windows (the sliding window: the
 // end of the next window), and a counter that becomes empty is deleted, so no
 // key outlives its state. A denied request writes nothing.
+//
+// # Shared limits
+//
+// Store.Shares is the store of pkg/rlqs's shared limits (limiter.Claim): one
+// hash per limit, <prefix>{rlqs:<window_ms>:k:<escaped key>}, one field per
+// holder, each claim one run of quota.lua (the twin of limiter.Divide) under
+// Redis TIME, the claims of a report pipelined. The hash expires with its
+// latest holding.
 package redis

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -52,8 +53,8 @@ var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
 // metric it names is in /metrics of the built binary after a run that
 // exercises every outcome: admitted, near limit, over limit, shadow mode
 // over limit, the over-limit cache (Redis), failure-mode answers (a second
-// instance whose Redis is down), config loads, with envoyproxy/ratelimit's
-// names on (--compat-metrics). A metric renamed in Go, or a
+// instance whose Redis is down), config loads, quota streams, with
+// envoyproxy/ratelimit's names on (--compat-metrics). A metric renamed in Go, or a
 // typo in the dashboard, fails here instead of showing an empty panel.
 func TestGrafanaDashboardNamesServedMetrics(t *testing.T) {
 	raw, err := os.ReadFile("../../deploy/grafana/sluice.json")
@@ -154,6 +155,25 @@ func dashboardQueries(t *testing.T, d *dashboard) []string {
 	return queries
 }
 
+// quotaReport sends one usage report on a quota stream of s and waits for
+// its answer.
+func quotaReport(t *testing.T, s *sluice) {
+	t.Helper()
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(s.Conn).StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.CloseSend()
+	err = stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"api_key": "grafana"}}, NumRequestsAllowed: 1}}})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err != nil {
+		t.Fatalf("quota report: %v", err)
+	}
+}
+
 // servedMetrics runs two instances of the built binary through every
 // outcome and returns the metric names their /metrics serve (a histogram
 // as NAME_bucket, NAME_sum and NAME_count, as PromQL sees it).
@@ -171,6 +191,8 @@ func servedMetrics(t *testing.T) map[string]bool {
 	down := startSluice(t, "--config", "config", "--redis-url", "redis://127.0.0.1:1/0", "--failure-mode", "allow",
 		"--ready-requires-store=false", "--compat-metrics")
 	down.call(t, "edge", []string{"remote_address", "192.0.2.9"})
+	quotaReport(t, ok)   // quota streams: reports and actions
+	quotaReport(t, down) // the store is down: a failure-mode answer
 
 	served := map[string]bool{}
 	for _, s := range []*sluice{ok, down} {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/rlqs"
+)
+
+// rlqsServiceName is the gRPC service of Envoy's rate limit quota streams,
+// also reported by gRPC health.
+const rlqsServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
+// rlqsSettings are the flags of the rate limit quota service (pkg/rlqs),
+// served on the gRPC listener beside ShouldRateLimit.
+type rlqsSettings struct {
+	AssignmentTTL time.Duration
+	Burst         time.Duration
+	Idle          time.Duration
+	Unmatched     string
+	MaxBuckets    int
+}
+
+// table lists the quota service's flags, appended to settings.table.
+func (r *rlqsSettings) table() []setting {
+	return []setting{
+		{"rlqs-assignment-ttl", "quota streams (RLQS): lifetime of each assignment, whole seconds, longer than Envoy's reporting_interval; an Envoy that stops reporting keeps its share this long", "10s", &r.AssignmentTTL},
+		{"rlqs-burst", "quota streams: how much of its share an Envoy may admit at once, as time at the share's rate (the token bucket's max_tokens)", "1s", &r.Burst},
+		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long", "1m", &r.Idle},
+		{"rlqs-unmatched", "quota streams: what a bucket matching no rule is assigned: allow (ALLOW_ALL) or deny (DENY_ALL)", "allow", &r.Unmatched},
+		{"rlqs-max-buckets", "quota streams: most buckets tracked per stream; the rest are answered by the failure mode", "10000", &r.MaxBuckets},
+	}
+}
+
+// validate checks the quota service's flags.
+func (r *rlqsSettings) validate() error {
+	if r.AssignmentTTL < time.Second || r.AssignmentTTL%time.Second != 0 {
+		return fmt.Errorf("--rlqs-assignment-ttl: %v: want whole seconds, at least 1s (Envoy reads only the seconds)", r.AssignmentTTL)
+	}
+	if r.Burst < time.Millisecond {
+		return fmt.Errorf("--rlqs-burst: %v is below the minimum 1ms", r.Burst)
+	}
+	if r.Idle < time.Second {
+		return fmt.Errorf("--rlqs-idle: %v is below the minimum 1s", r.Idle)
+	}
+	if _, ok := rlqs.ParseBlanket(r.Unmatched); !ok {
+		return fmt.Errorf("--rlqs-unmatched: unknown %q (want allow or deny)", r.Unmatched)
+	}
+	if r.MaxBuckets < 1 {
+		return fmt.Errorf("--rlqs-max-buckets: %d must be at least 1", r.MaxBuckets)
+	}
+	return nil
+}
+
+// newQuota builds the rate limit quota service on the decision core's
+// config and the store's shared limits, with its metrics.
+func (srv *server) newQuota() error {
+	s, r := srv.set, &srv.set.RLQS
+	m, err := rlqs.NewMetrics(srv.reg)
+	if err != nil {
+		return err
+	}
+	unmatched, _ := rlqs.ParseBlanket(r.Unmatched)
+	srv.quota = rlqs.New(rlqs.Options{
+		Decider:       srv.core,
+		Store:         srv.shares,
+		Logger:        srv.log.Named("rlqs"),
+		Metrics:       m,
+		AssignmentTTL: r.AssignmentTTL,
+		Burst:         r.Burst,
+		IdleAfter:     r.Idle,
+		Unmatched:     unmatched,
+		FailureMode:   s.failureMode(),
+		ShadowMode:    s.ShadowMode,
+		MaxBuckets:    r.MaxBuckets,
+		MaxEntries:    s.MaxEntries,
+		MaxKeyBytes:   s.MaxKeyBytes,
+	})
+	return nil
+}

@@ -1,0 +1,229 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// handle answers one usage report of st: it checks the whole report first
+// (a bad one changes no state and ends the stream), updates each bucket's
+// demand, claims the shares of the limits the report's buckets count in
+// (one Store call), and returns one action per bucket of the report. Then
+// it forgets the buckets it abandoned and those no longer reported, and
+// releases the shares no bucket of the stream counts in any more.
+func (s *Service) handle(ctx context.Context, st *stream, r *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	cfg, dom, err := s.domainOf(st, r.GetDomain())
+	if err != nil {
+		return nil, err
+	}
+	usages := r.GetBucketQuotaUsages()
+	keys, err := s.check(usages)
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	st.reports++
+	s.noteInterval(st, now)
+	var release []limiter.Claim
+	seen := make([]*bucket, len(usages)) // nil: past MaxBuckets, untracked
+	for i, u := range usages {
+		b, rel := s.bucketOf(st, cfg, dom, keys[i], u.GetBucketId().GetBucket())
+		release = append(release, rel...)
+		if b != nil {
+			elapsed := min(u.GetTimeElapsed().AsDuration(), s.opts.IdleAfter)
+			b.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
+		}
+		seen[i] = b
+	}
+	storeErr := s.share(ctx, st, seen, now)
+	if storeErr != nil {
+		s.opts.Metrics.observeFailure(s.failureMode(dom).String())
+		s.degraded("quota store failed, answering by failure mode", dom.Name, storeErr)
+	}
+	resp := s.respond(dom, usages, seen, storeErr, now)
+	release = append(release, s.forget(st, now)...)
+	s.release(ctx, st.domain, release)
+	return resp, nil
+}
+
+// domainOf returns the config in force and the stream's domain in it, which
+// the first report names and later ones repeat or leave empty
+// (RateLimitQuotaUsageReports.domain).
+func (s *Service) domainOf(st *stream, domain string) (*descriptors.Config, *descriptors.Domain, error) {
+	switch {
+	case st.domain == "" && domain == "":
+		return nil, nil, invalid("domain", "must not be empty in a stream's first report")
+	case st.domain == "":
+		st.domain = domain
+	case domain != "" && domain != st.domain:
+		return nil, nil, invalid("domain", "%.64q differs from the stream's domain %.64q: open a new stream for another domain", domain, st.domain)
+	}
+	cfg := s.opts.Decider.Config()
+	if cfg == nil {
+		return nil, nil, status.Error(codes.Unavailable, "no config loaded")
+	}
+	dom := cfg.Domain(st.domain)
+	if dom == nil {
+		return nil, nil, invalid("domain", "unknown domain %.64q: no config has it", st.domain)
+	}
+	return cfg, dom, nil
+}
+
+// check validates what Envoy's config shapes and what no Envoy can report,
+// and returns each usage's bucket key (bucketKey).
+func (s *Service) check(usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) ([]string, error) {
+	keys := make([]string, len(usages))
+	for i, u := range usages {
+		f := func(field string) string { return fmt.Sprintf("bucket_quota_usages[%d].%s", i, field) }
+		id := u.GetBucketId().GetBucket()
+		switch {
+		case len(id) == 0:
+			return nil, invalid(f("bucket_id.bucket"), "must hold at least one key")
+		case len(id) > s.opts.MaxEntries:
+			return nil, invalid(f("bucket_id.bucket"), "%d keys, more than the maximum %d", len(id), s.opts.MaxEntries)
+		case u.GetNumRequestsAllowed() > MaxReportedRequests:
+			return nil, invalid(f("num_requests_allowed"), "%d requests in one report, more than %d", u.GetNumRequestsAllowed(), uint64(MaxReportedRequests))
+		case u.GetNumRequestsDenied() > MaxReportedRequests:
+			return nil, invalid(f("num_requests_denied"), "%d requests in one report, more than %d", u.GetNumRequestsDenied(), uint64(MaxReportedRequests))
+		}
+		for k := range id {
+			if k == "" || len(k) > s.opts.MaxKeyBytes {
+				return nil, invalid(f("bucket_id.bucket"), "key %.64q: want 1 to %d bytes, got %d", k, s.opts.MaxKeyBytes, len(k))
+			}
+		}
+		if te := u.GetTimeElapsed(); te != nil && (te.CheckValid() != nil || te.AsDuration() < 0) {
+			return nil, invalid(f("time_elapsed"), "%ds %dns is not a valid duration of 0 or more", te.GetSeconds(), te.GetNanos())
+		}
+		keys[i] = bucketKey(id)
+	}
+	return keys, nil
+}
+
+// bucketOf returns the stream's bucket for key, new or known, bound to the
+// config in force; nil for a new bucket past MaxBuckets. It returns the
+// claims its rebinding leaves unused.
+func (s *Service) bucketOf(st *stream, cfg *descriptors.Config, dom *descriptors.Domain, key string, id map[string]string) (*bucket, []limiter.Claim) {
+	b := st.buckets[key]
+	if b == nil {
+		if len(st.buckets) >= s.opts.MaxBuckets {
+			s.degraded("a stream reports more buckets than --rlqs-max-buckets; the rest are answered by failure mode", dom.Name, nil)
+			return nil, nil
+		}
+		b = &bucket{}
+		st.buckets[key] = b
+		s.opts.Metrics.bucketsAdded(1)
+	}
+	if b.cfg == cfg {
+		return b, nil
+	}
+	return b, s.bind(st, b, cfg, dom, id)
+}
+
+// noteInterval warns once per stream when reports arrive less often than
+// assignments live: each then expires before the next report renews it.
+func (s *Service) noteInterval(st *stream, now time.Time) {
+	gap := now.Sub(st.lastReport)
+	if !st.lastReport.IsZero() && gap > s.opts.AssignmentTTL && !st.warnedGap {
+		st.warnedGap = true
+		s.log.Warn("envoy reports less often than assignments live: raise --rlqs-assignment-ttl above its reporting_interval",
+			zap.String("domain", st.domain), zap.Duration("report_gap", gap), zap.Duration("assignment_ttl", s.opts.AssignmentTTL))
+	}
+	st.lastReport = now
+}
+
+// share claims, in one Store call, the shares of the groups that the
+// report's buckets count in, each with the demand of all the stream's
+// buckets in it, in thousandths of a hit per window.
+func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now time.Time) error {
+	var touched []*group
+	for _, b := range seen {
+		for _, g := range groupsOf(b) {
+			if g.claimed != st.reports {
+				g.claimed, g.rate = st.reports, 0
+				touched = append(touched, g)
+			}
+		}
+	}
+	if len(touched) == 0 {
+		return nil
+	}
+	for _, b := range st.buckets {
+		for _, g := range b.groups {
+			if g.claimed == st.reports {
+				g.rate += b.demandRate(now)
+			}
+		}
+	}
+	claims := make([]limiter.Claim, len(touched))
+	for i, g := range touched {
+		g.claim.Demand = uint64(min(math.Round(g.rate*g.claim.Window.Seconds()*1000), limiter.MaxDemand))
+		claims[i] = g.claim
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	shares, err := s.opts.Store.Share(ctx, claims)
+	if err == nil && len(shares) != len(claims) {
+		err = fmt.Errorf("%w: %d shares for %d claims", limiter.ErrStoreUnavailable, len(shares), len(claims))
+	}
+	if err != nil {
+		return err
+	}
+	for i, g := range touched {
+		g.share = shares[i].Requests
+	}
+	return nil
+}
+
+// forget drops the buckets answered with an AbandonAction and those not
+// reported for IdleAfter (Envoy dropped them), and returns the claims no
+// bucket of the stream counts in any more.
+func (s *Service) forget(st *stream, now time.Time) []limiter.Claim {
+	var release []limiter.Claim
+	for k, b := range st.buckets {
+		if b.abandon || now.Sub(b.seen) >= s.opts.IdleAfter {
+			delete(st.buckets, k)
+			s.opts.Metrics.bucketsAdded(-1)
+			release = append(release, st.regroup(b, nil)...)
+		}
+	}
+	return release
+}
+
+// groupsOf is b's groups, none for nil.
+func groupsOf(b *bucket) []*group {
+	if b == nil {
+		return nil
+	}
+	return b.groups
+}
+
+// release gives up claims, logging a failure: the store reclaims them after
+// their hold anyway.
+func (s *Service) release(ctx context.Context, domain string, claims []limiter.Claim) {
+	if len(claims) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	if err := s.opts.Store.Release(ctx, claims); err != nil {
+		s.degraded("releasing unused shares failed; they are reclaimed after the assignment ttl", domain, err)
+	}
+}
+
+// failureMode is dom's failure mode, else the service's.
+func (s *Service) failureMode(dom *descriptors.Domain) descriptors.FailureMode {
+	if dom.FailureMode != descriptors.FailureModeUnset {
+		return dom.FailureMode
+	}
+	return s.opts.FailureMode
+}

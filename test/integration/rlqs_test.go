@@ -1,0 +1,266 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/pkg/rlqs"
+)
+
+// quotaYAML is the config of the quota tests: the bucket
+// {route: search, api_key: <key>} is the descriptor [api_key, route=search]
+// by the tree's key order, 100 requests a second.
+const quotaYAML = `domain: quota
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 100000}
+    descriptors:
+      - key: route
+        value: search
+        rate_limit: {name: search, unit: second, requests_per_unit: 100}
+`
+
+const (
+	quotaLimit = 100                    // requests per second, quotaYAML's
+	reportsPer = 200 * time.Millisecond // the Envoys' reporting interval
+)
+
+// startQuotaSluice starts a Sluice on the quota config and Redis prefix, with
+// one-second assignments and bursts of one reporting interval.
+func startQuotaSluice(t *testing.T, redisAddr, prefix string) *sluice {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startSluice(t, "--config", dir, "--redis-url", "redis://"+redisAddr+"/0", "--redis-prefix", prefix,
+		"--rlqs-assignment-ttl", "1s", "--rlqs-burst", reportsPer.String(), "--store-timeout", "500ms")
+}
+
+// TestQuotaFleet runs three emulated Envoys with unequal demand (150, 75 and
+// 25 requests a second) on one bucket whose limit is 100 a second, two on
+// one Sluice and one on a second Sluice sharing the Redis. The fleet admits
+// at most the limit plus one reporting interval's worth in every window,
+// and nearly all of it; shares follow demand (60, 30, 10) whichever instance
+// assigns them; a killed Envoy's share goes to the others at once; a hung
+// Envoy's share is reclaimed after the assignment TTL.
+func TestQuotaFleet(t *testing.T) {
+	addr := redistest.Addr(t)
+	prefix := redistest.Prefix(t.Name())
+	a, b := startQuotaSluice(t, addr, prefix), startQuotaSluice(t, addr, prefix)
+	bucket := map[string]string{"route": "search", "api_key": "acme"}
+	e1 := startQuotaEnvoy(t, a, "e1", 150, reportsPer, "quota", bucket)
+	e2 := startQuotaEnvoy(t, a, "e2", 75, reportsPer, "quota", bucket)
+	e3 := startQuotaEnvoy(t, b, "e3", 25, reportsPer, "quota", bucket)
+
+	// The shares settle within a few reports; then token buckets started
+	// on the way may still be full, so the windows are counted a second
+	// later.
+	waitShares(t, "three envoys", map[*quotaEnvoy]int{e1: 60, e2: 30, e3: 10}, 10*time.Second)
+	time.Sleep(time.Second)
+	checkWindows(t, "three envoys", []*quotaEnvoy{e1, e2, e3}, 3)
+	checkShares(t, "three envoys", map[*quotaEnvoy]int{e1: 60, e2: 30, e3: 10})
+	if hs := quotaHoldings(t, addr, prefix); len(hs) != 3 || sum(hs) > quotaLimit {
+		t.Errorf("holdings in Redis = %v, want 3 streams (both instances) sharing at most %d", hs, quotaLimit)
+	}
+
+	e1.kill() // its stream ends: its share is released at once
+	waitShares(t, "after e1 was killed", map[*quotaEnvoy]int{e2: 75, e3: 25}, 2*time.Second)
+	time.Sleep(time.Second)
+	checkWindows(t, "after e1 was killed", []*quotaEnvoy{e2, e3}, 2)
+
+	e3.hang() // its stream stays open, silent: its share lasts the TTL + 0.5 s
+	took := waitShares(t, "after e3 hung", map[*quotaEnvoy]int{e2: quotaLimit}, 3*time.Second)
+	if took < time.Second {
+		t.Errorf("e3's share went to e2 %v after e3 hung, before its 1 s assignment ended", took)
+	}
+	if hs := quotaHoldings(t, addr, prefix); len(hs) != 1 {
+		t.Errorf("holdings in Redis after e3's hold = %v, want e2's only", hs)
+	}
+	for _, e := range []*quotaEnvoy{e2, e3} {
+		if err := e.err(); err != nil {
+			t.Errorf("%s's stream ended: %v", e.name, err)
+		}
+	}
+}
+
+// waitShares waits until each Envoy's share is within 20% (and 2) of want,
+// and returns how long that took; it fails the test after within.
+func waitShares(t *testing.T, what string, want map[*quotaEnvoy]int, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok := true
+		for e, w := range want {
+			if d := e.share() - w; d > w/5+2 || -d > w/5+2 {
+				ok = false
+			}
+		}
+		if ok {
+			t.Logf("%s: shares settled in %v", what, time.Since(start).Round(time.Millisecond))
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			checkShares(t, what, want)
+			t.FailNow()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkWindows waits for the next n whole seconds (the rule's windows) to
+// pass and requires the fleet to admit, in each, at most the limit plus one
+// reporting interval's worth plus one request per Envoy (each one's token
+// bucket may be full as the window starts), and at least 80% of the limit.
+func checkWindows(t *testing.T, what string, fleet []*quotaEnvoy, n int) {
+	t.Helper()
+	start := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(start.Add(time.Duration(n)*time.Second + 50*time.Millisecond)))
+	most := quotaLimit + int(quotaLimit*reportsPer/time.Second) + len(fleet)
+	for w := range n {
+		from := start.Add(time.Duration(w) * time.Second)
+		got, parts := 0, []string{}
+		for _, e := range fleet {
+			k := e.admittedIn(from, from.Add(time.Second))
+			got += k
+			parts = append(parts, fmt.Sprintf("%s %d", e.name, k))
+		}
+		t.Logf("%s: window %s admitted %d (%s)", what, from.Format("15:04:05"), got, strings.Join(parts, ", "))
+		if got > most || got < quotaLimit*8/10 {
+			t.Errorf("%s: window %s admitted %d (%s), want %d to %d", what, from.Format("15:04:05"), got,
+				strings.Join(parts, ", "), quotaLimit*8/10, most)
+		}
+	}
+}
+
+// checkShares requires each Envoy's share to be within 20% (and 2) of
+// want, and the shares to add up to at most the limit.
+func checkShares(t *testing.T, what string, want map[*quotaEnvoy]int) {
+	t.Helper()
+	total := 0
+	for e, w := range want {
+		got := e.share()
+		total += max(got, 0)
+		if d := got - w; d > w/5+2 || -d > w/5+2 {
+			t.Errorf("%s: %s's share = %d, want about %d", what, e.name, got, w)
+		}
+	}
+	if total > quotaLimit {
+		t.Errorf("%s: shares add up to %d, over the limit %d", what, total, quotaLimit)
+	}
+}
+
+// quotaHoldings reads the shares every stream holds of the quota bucket's
+// limit, from the one shared-limit hash under prefix.
+func quotaHoldings(t *testing.T, addr, prefix string) []int {
+	t.Helper()
+	keys, err := redistest.Do(addr, "KEYS", prefix+"{rlqs:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, _ := keys.([]any)
+	if len(ks) != 1 {
+		t.Fatalf("shared-limit keys under %s: %v, want one", prefix, keys)
+	}
+	fields, err := redistest.Do(addr, "HVALS", ks[0].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, f := range fields.([]any) {
+		share, _, _ := strings.Cut(f.(string), ":")
+		n, _ := strconv.Atoi(share)
+		out = append(out, n)
+	}
+	return out
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// TestQuotaBadReports sends reports no Envoy sends to the binary: each ends
+// its stream with INVALID_ARGUMENT naming the field, the process keeps
+// serving, and a bucket id holding bytes that are not UTF-8 (a header an end
+// client sent) is assigned like any other.
+func TestQuotaBadReports(t *testing.T) {
+	s := startSluice(t, "--config", "config")
+	client := rlqsv3.NewRateLimitQuotaServiceClient(s.Conn)
+	usage := func(allowed uint64, kv ...string) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+		id := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			id[kv[i]] = kv[i+1]
+		}
+		return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: id},
+			TimeElapsed: durationpb.New(0), NumRequestsAllowed: allowed}
+	}
+	for _, tc := range []struct {
+		report *rlqsv3.RateLimitQuotaUsageReports
+		want   string
+	}{
+		{&rlqsv3.RateLimitQuotaUsageReports{Domain: "nope", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1, "api_key", "a")}},
+			`domain: unknown domain "nope"`},
+		{&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1)}},
+			"bucket_quota_usages[0].bucket_id.bucket: must hold at least one key"},
+		{&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(1<<50, "api_key", "a")}},
+			"bucket_quota_usages[0].num_requests_allowed: 1125899906842624 requests in one report"},
+	} {
+		stream, err := client.StreamRateLimitQuotas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(tc.report); err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), tc.want) {
+			t.Errorf("stream ended with %v, want INVALID_ARGUMENT %q...", err, tc.want)
+		}
+	}
+
+	// The standard codec cannot encode a bucket id that is not UTF-8: the
+	// client sends it with rlqs.Codec, as Envoy's C++ encoder does.
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rlqs.Codec(encoding.GetCodecV2(grpcproto.Name)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(1, "api_key", "caf\xe9")}}
+	if err := stream.Send(report); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stream.Recv()
+	if err != nil || len(got.GetBucketAction()) != 1 || got.GetBucketAction()[0].GetBucketId().GetBucket()["api_key"] != "caf\xe9" ||
+		got.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue() != 100 {
+		t.Errorf("report for a bucket id that is not UTF-8: %v, %v; want its per_api_key share, 100/min", got, err)
+	}
+	if r := s.call(t, "edge", []string{"api_key", "after"}); r.GetOverallCode().String() != "OK" {
+		t.Errorf("ShouldRateLimit after the bad streams: %v", r)
+	}
+}
