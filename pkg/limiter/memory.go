@@ -25,7 +25,8 @@ const DefaultMemoryShards = 64
 const maxMemoryShards = 1 << 12
 
 // evictionSample is how many counters eviction compares to find the one
-// closest to expiry. Redis approximates its LRU the same way (maxmemory-samples).
+// whose loss admits least. Redis approximates its LRU the same way
+// (maxmemory-samples).
 const evictionSample = 16
 
 // MemoryOptions configures NewMemoryStore. The zero value is valid: the
@@ -77,18 +78,29 @@ type MemoryOptions struct {
 // epoch, that is about once per window boundary, so the sweep's cost is
 // amortised over the window's inserts.
 //
-// When a shard is full and nothing in it has expired, inserting a new counter
-// evicts the counter closest to expiry among a sample of 16 (all of them when
-// the shard holds no more). An evicted counter restarts from zero, so its key
-// may be admitted up to one limit's worth more than it should: a fail-open
-// that touches the least significant state (the counter that would soonest
-// have been dropped anyway) and only the keys beyond the cap. Refusing
-// instead (ErrStoreUnavailable) would let anyone who can mint new keys (an
-// end client choosing header values or addresses) switch every request of
-// every domain into its failure mode, which is worse. Counters of the
-// request being applied are never evicted by that request; if it alone has
-// more new counters than a shard holds, the shard goes over its cap until
-// later inserts evict it back under.
+// When a shard is full and nothing in it has expired, a new counter competes
+// with a sample of 16 of the shard's counters (all of them when the shard
+// holds no more), and the one whose loss admits least is forgotten: the new
+// counter itself, when it is the one (it is then not stored). A forgotten
+// counter restarts from zero, so its key may be admitted again what it held:
+// a fail-open, so it falls on the emptiest counters. The measure is what a
+// counter holds against its limit right now (its algorithm's Capacity minus
+// the Remaining it reports; see algorithm): counters below their limit go
+// first, the one holding the smallest share of its limit first (nearly empty
+// ones, such as the single hit of each value of a flood), and a counter at or
+// over its limit (a hot key being denied) goes only when no counter of the
+// shard is below its own; among those, the one holding fewest hits; ties go
+// to the earliest expiry. When the sample holds only counters at their
+// limit, the rest of the shard is searched for one below its limit, but only
+// while the shard holds one (a count of the counters at their limit when last
+// written says so: a counter left alone never gets fuller), so a shard full
+// of counters at their limit costs no search. Refusing new counters instead
+// (ErrStoreUnavailable) would let anyone who can mint new keys (an end
+// client choosing header values or addresses) switch every request of every
+// domain into its failure mode, which is worse. Counters of the request
+// being applied are never evicted by that request; if it alone has more new
+// counters than a shard holds, the shard goes over its cap until later
+// inserts evict it back under.
 type MemoryStore struct {
 	now      func() time.Time
 	start    time.Time // now() at NewMemoryStore
@@ -103,11 +115,15 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// memEntry is a stored counter and the Unix ms from which its state no
-// longer matters (its algorithm's expires).
+// memEntry is a stored counter: its state, the Limit of its last write
+// (which eviction weighs it against), the Unix ms from which its state no
+// longer matters (its algorithm's expires), and whether it was at or over
+// its limit when written.
 type memEntry struct {
 	s       State
+	limit   Limit
 	expires int64
+	full    bool
 }
 
 type memShard struct {
@@ -118,7 +134,9 @@ type memShard struct {
 	minExpires int64
 	// highMs is the latest clock (Unix ms) a request applied to this shard.
 	highMs int64
-	_      [32]byte // keep shards on separate cache lines
+	// full counts the entries of m whose full is set.
+	full int
+	_    [24]byte // keep shards on separate cache lines
 }
 
 // memScratch is the working memory of one Apply, pooled so that an Apply
@@ -234,8 +252,15 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	for i, h := range hits {
 		// A denied request changes only the counters its overdraw hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
-			expires := algorithms[h.Limit.Algorithm].expires(sc.next[i], h.Limit)
-			s.shards[sc.shard[i]].put(sc.ids[i], memEntry{sc.next[i], expires}, nowMs, s.shardCap, sc.ids)
+			a := algorithms[h.Limit.Algorithm]
+			e := memEntry{s: sc.next[i], limit: h.Limit, expires: a.expires(sc.next[i], h.Limit)}
+			if r := results[i]; r.Allowed {
+				// What weigh would compute: Remaining is report's on the new state.
+				e.full = r.Remaining == 0 && a.capacity(h.Limit) > 0
+			} else {
+				e.full = e.weigh(nowMs).full
+			}
+			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})
 		}
 	}
 }
@@ -288,21 +313,48 @@ func forEachBit(set []uint64, f func(int)) {
 // put stores e as the entry of id at nowMs. An entry that no longer matters
 // at nowMs (an empty state) is deleted. A new counter first sweeps expired
 // ones (when any may have expired) and, if the shard is still at capacity,
-// evicts; it never evicts a counter in protect (the current request's).
-func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, protect []counterID) {
+// evicts the counter whose loss admits least, which may be the new counter
+// itself (then not stored); it never evicts a counter of req (the current
+// request's).
+func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req request) {
+	old, ok := sh.m[id]
 	if e.expires <= nowMs {
-		delete(sh.m, id)
+		if ok {
+			sh.remove(id, old)
+		}
 		return
 	}
-	if _, ok := sh.m[id]; !ok {
+	if !ok {
 		if nowMs >= sh.minExpires {
 			sh.sweep(nowMs)
 		}
-		for len(sh.m) >= capacity && sh.evict(protect) {
+		for len(sh.m) >= capacity {
+			// Over the cap (after a request with more new counters than a
+			// shard holds), e competes only once the shard is back at it.
+			stored, evicted := sh.evict(e, len(sh.m) == capacity, nowMs, req)
+			if !stored {
+				return
+			}
+			if !evicted {
+				break // only the request's own counters: go over the cap
+			}
 		}
 		sh.minExpires = min(sh.minExpires, e.expires)
+	} else if old.full {
+		sh.full--
+	}
+	if e.full {
+		sh.full++
 	}
 	sh.m[id] = e
+}
+
+// remove deletes id, whose entry is e, from the shard.
+func (sh *memShard) remove(id counterID, e memEntry) {
+	delete(sh.m, id)
+	if e.full {
+		sh.full--
+	}
 }
 
 // sweep drops every counter expired at nowMs and recomputes minExpires.
@@ -310,7 +362,7 @@ func (sh *memShard) sweep(nowMs int64) {
 	earliest := int64(math.MaxInt64)
 	for id, e := range sh.m {
 		if e.expires <= nowMs {
-			delete(sh.m, id)
+			sh.remove(id, e)
 			continue
 		}
 		earliest = min(earliest, e.expires)
@@ -318,36 +370,102 @@ func (sh *memShard) sweep(nowMs int64) {
 	sh.minExpires = earliest
 }
 
-// evict drops the counter closest to expiry among a sample of the shard's
-// counters (Go randomises where a map iteration starts) and reports whether
-// it dropped one.
-func (sh *memShard) evict(protect []counterID) bool {
+// evict makes room for the new entry e at nowMs: among a sample of the
+// shard's counters outside req (Go randomises where a map iteration
+// starts), and e itself when it competes, it forgets the one whose loss
+// admits least (see weight). When every one sampled is at or over its limit
+// and the shard holds counters that are not, it searches on for one of
+// those. It reports whether e is to be stored (false: e was the one
+// forgotten) and whether it evicted a stored counter (false with stored
+// true: every counter is protected).
+func (sh *memShard) evict(e memEntry, compete bool, nowMs int64, req request) (stored, evicted bool) {
 	var (
-		victim  counterID
-		found   bool
-		expires int64
-		seen    int
+		victim counterID
+		found  bool
+		best   = weight{full: true, held: math.MaxUint64, expires: math.MaxInt64}
+		seen   int
+		other  bool // a counter outside req was seen
+		// search: the shard holds a counter that was below its limit when
+		// written, so still is; keep looking while the best is not.
+		search = sh.full < len(sh.m)
 	)
-	for id, e := range sh.m {
-		if isProtected(id, protect) {
-			continue
+	if compete {
+		best = e.weigh(nowMs)
+	}
+	for id, c := range sh.m {
+		// req.holds costs a scan of the request: ask it only of a counter
+		// that would be the victim, and until one outside req is seen.
+		if w := c.weigh(nowMs); w.less(best) {
+			if !req.holds(id) {
+				victim, best, found, other = id, w, true, true
+			}
+		} else if !other {
+			other = !req.holds(id)
 		}
-		if !found || e.expires < expires {
-			victim, expires, found = id, e.expires, true
-		}
-		if seen++; seen == evictionSample {
+		if seen++; seen >= evictionSample && (!best.full || !search) {
 			break
 		}
 	}
-	if found {
-		delete(sh.m, victim)
+	if !found {
+		// e is the lightest, unless only the request's counters were seen.
+		return !other || !compete, false
 	}
-	return found
+	sh.remove(victim, sh.m[victim])
+	return true, true
 }
 
-func isProtected(id counterID, protect []counterID) bool {
-	for _, p := range protect {
-		if p == id {
+// weight orders counters for eviction: what forgetting one would admit
+// again. A counter below its limit (full false) weighs share, the part of
+// its limit it holds (0 to 1); one at or over its limit weighs held, the hits
+// it holds; expires breaks ties. The lighter goes first.
+type weight struct {
+	full    bool
+	share   float64
+	held    uint64
+	expires int64
+}
+
+// weigh returns e's weight at nowMs, from its algorithm: held is the Limit's
+// Capacity minus the Remaining the state reports right now.
+func (e memEntry) weigh(nowMs int64) weight {
+	a := algorithms[e.limit.Algorithm]
+	c := a.capacity(e.limit)
+	rem, _ := a.report(a.roll(e.s, nowMs, e.limit), nowMs, e.limit, true)
+	held := c - min(rem, c)
+	w := weight{full: rem == 0 && held > 0, held: held, expires: e.expires}
+	if !w.full && c > 0 {
+		w.share = float64(held) / float64(c)
+	}
+	return w
+}
+
+// less reports whether w goes before o.
+func (w weight) less(o weight) bool {
+	switch {
+	case w.full != o.full:
+		return !w.full
+	case !w.full && w.share != o.share:
+		return w.share < o.share
+	case w.full && w.held != o.held:
+		return w.held < o.held
+	}
+	return w.expires < o.expires
+}
+
+// request is the counters of the request being applied, which its own
+// inserts never evict: ids[i] is in shard shards[i]; shard is the shard
+// being written.
+type request struct {
+	ids    []counterID
+	shards []int
+	shard  int
+}
+
+// holds reports whether id, a counter of r.shard, is one of r's. It compares
+// shards first: most of a large request's counters are in other shards.
+func (r request) holds(id counterID) bool {
+	for i, p := range r.ids {
+		if r.shards[i] == r.shard && p == id {
 			return true
 		}
 	}
