@@ -25,7 +25,7 @@ func newClient(t testing.TB, addr string) *goredis.Client {
 
 func newClusterClient(t testing.TB, addrs []string) *goredis.ClusterClient {
 	t.Helper()
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
