@@ -78,7 +78,7 @@ type refunder struct {
 	retried atomic.Int64
 	// Counts since the last warning, and when it was.
 	failed, dropped atomic.Int64
-	lastErr         atomic.Value // error
+	lastErr         atomic.Pointer[error]
 	lastLog         atomic.Int64 // Unix ns
 }
 
@@ -181,7 +181,7 @@ func (r *refunder) send(batch []*refund) {
 		}
 		r.failed.Add(1)
 		r.retried.Add(1)
-		r.lastErr.Store(err)
+		r.lastErr.Store(&err)
 		u.attempts++
 		if now.Sub(u.first) > RefundHorizon {
 			r.dropped.Add(1)
@@ -209,8 +209,8 @@ func (r *refunder) warn(err error) {
 	if now-last < int64(refundLogInterval) || !r.lastLog.CompareAndSwap(last, now) {
 		return
 	}
-	if err == nil {
-		err, _ = r.lastErr.Load().(error)
+	if p := r.lastErr.Load(); err == nil && p != nil {
+		err = *p
 	}
 	r.log.Warn("refund after a cross-slot denial failed; retrying until answered",
 		zap.Int64("failed_attempts", r.failed.Swap(0)), zap.Int64("dropped", r.dropped.Swap(0)), zap.Error(err))

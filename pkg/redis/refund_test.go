@@ -35,9 +35,8 @@ func TestClusterRefundsUnderLoad(t *testing.T) {
 			t.Run(fmt.Sprintf("%d callers hits %d", tc.callers, hits), func(t *testing.T) {
 				prefix := redistest.Prefix(t.Name())
 				t.Cleanup(func() { deletePrefix(t, admin, prefix) })
-				// A deadline no decision misses, even under -race on 2 cores:
-				// every request must be decided, for the counts to be exact.
-				s := New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: time.Minute})
+				// Every request must be decided, for the counts to be exact.
+				s := New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: loadTimeout})
 				s.settleTimeout = 100 * time.Microsecond
 				req := refundRequest(s, names, hits)
 				var admitted, denied atomic.Int64
