@@ -38,11 +38,11 @@ var errShed = fmt.Errorf("%w: not sent to redis", limiter.ErrStoreUnavailable)
 //     trip (the moving average of measured ones, at least minRoundTrip).
 //     One that cannot be sent in time is answered at once (errShed), never
 //     sent: a call sent too late times out in flight, is answered by the
-//     failure mode anyway, and may still run in Redis and count. "At once":
-//     a call that finds every slot busy and more calls waiting ahead than
-//     the slots can serve before its deadline is shed without waiting. (A
-//     call with time left but less than the estimate still goes when no
-//     other call is in flight, so that the estimate is measured again.)
+//     failure mode anyway, and may still run in Redis and count. (A call
+//     with time left but less than the estimate still goes when no other
+//     call is in flight, so that the estimate is measured again.) Waiting
+//     is not predicted from the queue: an estimate measured under a burst
+//     would shed calls that the slots, freeing in parallel, would serve.
 //   - When a call times out in flight and the node has answered nothing
 //     since it was sent, nor for stallQuiet, the node is stalled (paused,
 //     hung, partitioned): no decision is sent to it, and each is answered at
@@ -58,7 +58,6 @@ type gate struct {
 	slots     chan struct{}
 	rtt       atomic.Int64 // moving average of round trips, ns; 0 before the first reply
 	lastReply atomic.Int64 // Unix ns of the last reply from the node
-	waiting   atomic.Int64 // calls waiting for a slot
 	stalled   atomic.Bool
 	probing   atomic.Bool
 	ping      func(ctx context.Context) error
@@ -112,10 +111,9 @@ func (g *gate) enter(ctx context.Context) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// take takes a slot, waiting while every one is busy. The calls waiting
-// ahead go first, about cap(slots) of them per round trip, so a call that
-// would not get a slot before its deadline leaves less than a round trip
-// (need) is answered now, not at that moment: an error wrapping errShed.
+// take takes a slot, waiting while every one is busy, at most until ctx's
+// deadline leaves less than a round trip (need): then it returns an error
+// wrapping errShed.
 func (g *gate) take(ctx context.Context, need time.Duration, dl time.Time, hasDL bool) error {
 	select {
 	case g.slots <- struct{}{}:
@@ -124,14 +122,7 @@ func (g *gate) take(ctx context.Context, need time.Duration, dl time.Time, hasDL
 	}
 	var timeout <-chan time.Time
 	if hasDL {
-		ahead := g.waiting.Add(1) - 1
-		defer g.waiting.Add(-1)
-		budget := time.Until(dl) - need
-		if wait := time.Duration(ahead/int64(cap(g.slots))+1) * need; wait > budget {
-			return fmt.Errorf("%w: all %d connections busy and %d calls ahead: a slot in about %v, %v before the deadline leaves less than a round trip",
-				errShed, cap(g.slots), ahead, wait.Round(time.Microsecond), budget.Round(time.Microsecond))
-		}
-		t := time.NewTimer(budget)
+		t := time.NewTimer(time.Until(dl) - need)
 		defer t.Stop()
 		timeout = t.C
 	}

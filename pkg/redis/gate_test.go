@@ -104,9 +104,9 @@ func TestShedBeforeRedis(t *testing.T) {
 	}
 }
 
-// TestGateEstimate: the round trip estimate starts at minRoundTrip, moves
-// an eighth of the way to each measure, and a call that would wait behind
-// more calls than the slots serve before its deadline is shed at once.
+// TestGateEstimate: the round trip estimate starts at minRoundTrip and
+// moves an eighth of the way to each measure, and a call waiting for a slot
+// is shed when its deadline leaves less than a round trip.
 func TestGateEstimate(t *testing.T) {
 	g := newGate(2, func(context.Context) error { return nil })
 	if got := g.roundTrip(); got != minRoundTrip {
@@ -118,16 +118,17 @@ func TestGateEstimate(t *testing.T) {
 		t.Errorf("roundTrip() = %v after one 8.1 ms reply, want %v", got, want)
 	}
 
-	// Both slots busy, a 1 s round trip, a deadline 1.5 s away: waiting
-	// would leave less than a round trip, so enter sheds at once.
+	// Both slots busy, a 1 s round trip, a deadline 1.2 s away: enter
+	// waits until the deadline leaves less than a round trip (0.2 s), then
+	// sheds; the call is never sent.
 	g.rtt.Store(int64(time.Second))
 	g.slots <- struct{}{}
 	g.slots <- struct{}{}
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) > 100*time.Millisecond {
-		t.Errorf("enter behind 2 busy slots = %v after %v, want errShed at once", err, time.Since(start))
+	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) > time.Second {
+		t.Errorf("enter behind 2 busy slots = %v after %v, want errShed once the deadline leaves less than a round trip", err, time.Since(start))
 	}
 }
 

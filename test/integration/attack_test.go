@@ -169,36 +169,6 @@ func pauseLoad(s *sluice, callers int, d time.Duration, ta *tally) {
 	wg.Wait()
 }
 
-// refundValues picks a value for each of parent, sibling and tight whose
-// counters are in ascending slots, tight's last, on three masters where it
-// can, so every denial by tight is refunded on the two others' slots.
-func refundValues(t *testing.T, s *sluice, addrs []string, prefix, tag string) (vals [3]string, keys [3]string) {
-	t.Helper()
-	names := [3]string{"parent", "sibling", "tight"}
-	var kf [3]func(string) string
-	for i, n := range names {
-		kf[i] = valueKeys(t, s, addrs, prefix, "refund", n)
-	}
-	var last int64 = -1
-	used := map[string]bool{}
-	for i := range names {
-		for c := 0; ; c++ {
-			if c > 5000 {
-				t.Fatalf("no value of %s in a slot after %d", names[i], last)
-			}
-			v := fmt.Sprintf("%s%06d", tag, c)[:8]
-			k := kf[i](v)
-			sl := keySlot(t, addrs[0], k)
-			m := masterOf(t, addrs[0], sl)
-			if sl > last && (!used[m] || c > 2000) && (i < 2 || sl > 10000) {
-				vals[i], keys[i], last, used[m] = v, k, sl, true
-				break
-			}
-		}
-	}
-	return vals, keys
-}
-
 // TestAttackClusterRefunds (items 4 and 5): on the 3-master Cluster, 100
 // then 400 callers send [parent][sibling][tight] with hits 2, 3 and 5 (10
 // calls each); tight (30 an hour) is decided last. Every counter must end at

@@ -174,3 +174,33 @@ func shardValues(t *testing.T, s *sluice, addrs []string, prefix string) (col, b
 	t.Fatalf("no value of big on another master than col's %v, in a later slot", col)
 	return col, big
 }
+
+// refundValues picks a value for each of parent, sibling and tight whose
+// counters are in ascending slots, tight's last, on three masters where it
+// can, so every denial by tight is refunded on the two others' slots.
+func refundValues(t *testing.T, s *sluice, addrs []string, prefix, tag string) (vals [3]string, keys [3]string) {
+	t.Helper()
+	names := [3]string{"parent", "sibling", "tight"}
+	var kf [3]func(string) string
+	for i, n := range names {
+		kf[i] = valueKeys(t, s, addrs, prefix, "refund", n)
+	}
+	var last int64 = -1
+	used := map[string]bool{}
+	for i := range names {
+		for c := 0; ; c++ {
+			if c > 5000 {
+				t.Fatalf("no value of %s in a slot after %d", names[i], last)
+			}
+			v := fmt.Sprintf("%s%06d", tag, c)[:8]
+			k := kf[i](v)
+			sl := keySlot(t, addrs[0], k)
+			m := masterOf(t, addrs[0], sl)
+			if sl > last && (!used[m] || c > 2000) && (i < 2 || sl > 10000) {
+				vals[i], keys[i], last, used[m] = v, k, sl, true
+				break
+			}
+		}
+	}
+	return vals, keys
+}
