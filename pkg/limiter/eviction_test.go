@@ -1,6 +1,8 @@
 package limiter_test
 
 import (
+	"fmt"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -163,4 +165,33 @@ func TestMemoryStoreNeverEvictsAFullCounterForAnEmptyOne(t *testing.T) {
 	if got := s.Len(); got != n {
 		t.Errorf("Len() = %d, want %d", got, n)
 	}
+}
+
+// TestMemoryStoreCounterSize holds DefaultMaxCounters' doc to the heap a
+// counter costs (issue 12 item 9: it said 100 bytes, a counter took 190 to
+// 360): 64Ki counters of 16-byte keys, counted apart from the keys, take
+// about 190 bytes each, at most 230 (the map's growth steps vary it).
+func TestMemoryStoreCounterSize(t *testing.T) {
+	const n = 1 << 16
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%016d", i)
+	}
+	clk := testclock.NewMilli(t0)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now, MaxCounters: n})
+	for _, k := range keys {
+		mustApply(t, s, limiter.Hit{Key: k, Limit: perMinute(1000), Hits: 1})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / float64(s.Len())
+	t.Logf("%d counters: %.0f bytes of heap each, keys apart", s.Len(), per)
+	if per > 230 {
+		t.Errorf("a counter costs %.0f bytes of heap, keys apart; DefaultMaxCounters' doc says about 190", per)
+	}
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(s)
 }

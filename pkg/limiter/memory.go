@@ -12,9 +12,15 @@ import (
 )
 
 // DefaultMaxCounters is the MaxCounters of a MemoryStore whose options leave
-// it zero: about a million live counters, roughly 100 bytes each plus the
-// key's bytes.
-const DefaultMaxCounters = 1 << 20
+// it zero: 262,144 live counters. Each costs about 190 bytes of heap plus its
+// key's bytes (Sluice's keys: the domain and the descriptor's entries, a few
+// dozen bytes), and the process holds about 1.5x its heap in RSS (the
+// garbage collector's headroom): measured in the sluice binary with keys of
+// 16-byte values, 230 bytes of heap and 330 of RSS per counter, so about
+// 110 MB of RSS at this cap (370 MB at a million), which fits the 256 MiB
+// memory limit of deploy/kubernetes. Size MaxCounters to the keys live over
+// two windows, and the memory to it.
+const DefaultMaxCounters = 1 << 18
 
 // DefaultMemoryShards is the Shards of a MemoryStore whose options leave it
 // zero.
@@ -116,14 +122,19 @@ type MemoryStore struct {
 var _ Store = (*MemoryStore)(nil)
 
 // memEntry is a stored counter: its state, the Limit of its last write
-// (which eviction weighs it against), the Unix ms from which its state no
-// longer matters (its algorithm's expires), and whether it was at or over
-// its limit when written.
+// (which its algorithm reads it by: its expiry, its weight for eviction),
+// and whether it was at or over its limit when written.
 type memEntry struct {
-	s       State
-	limit   Limit
-	expires int64
-	full    bool
+	s     State
+	limit Limit
+	full  bool
+}
+
+// expires is the Unix ms from which e's state no longer matters (its
+// algorithm's expires). It is computed, not stored: a counter costs 8 bytes
+// less (see DefaultMaxCounters), and only sweeps and eviction ask.
+func (e *memEntry) expires() int64 {
+	return algorithms[e.limit.Algorithm].expires(e.s, e.limit)
 }
 
 type memShard struct {
@@ -253,7 +264,7 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 		// A denied request changes only the counters its overdraw hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
 			a := algorithms[h.Limit.Algorithm]
-			e := memEntry{s: sc.next[i], limit: h.Limit, expires: a.expires(sc.next[i], h.Limit)}
+			e := memEntry{s: sc.next[i], limit: h.Limit}
 			if r := results[i]; r.Allowed {
 				// What weigh would compute: Remaining is report's on the new state.
 				e.full = r.Remaining == 0 && a.capacity(h.Limit) > 0
@@ -318,7 +329,8 @@ func forEachBit(set []uint64, f func(int)) {
 // request's).
 func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req request) {
 	old, ok := sh.m[id]
-	if e.expires <= nowMs {
+	expires := e.expires()
+	if expires <= nowMs {
 		if ok {
 			sh.remove(id, old)
 		}
@@ -339,7 +351,7 @@ func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req
 				break // only the request's own counters: go over the cap
 			}
 		}
-		sh.minExpires = min(sh.minExpires, e.expires)
+		sh.minExpires = min(sh.minExpires, expires)
 	} else if old.full {
 		sh.full--
 	}
@@ -361,11 +373,12 @@ func (sh *memShard) remove(id counterID, e memEntry) {
 func (sh *memShard) sweep(nowMs int64) {
 	earliest := int64(math.MaxInt64)
 	for id, e := range sh.m {
-		if e.expires <= nowMs {
+		x := e.expires()
+		if x <= nowMs {
 			sh.remove(id, e)
 			continue
 		}
-		earliest = min(earliest, e.expires)
+		earliest = min(earliest, x)
 	}
 	sh.minExpires = earliest
 }
@@ -432,7 +445,7 @@ func (e memEntry) weigh(nowMs int64) weight {
 	c := a.capacity(e.limit)
 	rem, _ := a.report(a.roll(e.s, nowMs, e.limit), nowMs, e.limit, true)
 	held := c - min(rem, c)
-	w := weight{full: rem == 0 && held > 0, held: held, expires: e.expires}
+	w := weight{full: rem == 0 && held > 0, held: held, expires: a.expires(e.s, e.limit)}
 	if !w.full && c > 0 {
 		w.share = float64(held) / float64(c)
 	}

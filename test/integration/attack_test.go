@@ -323,40 +323,47 @@ func memoryFigures(t *testing.T, s *sluice) string {
 		m["process_resident_memory_bytes"]/1e6, m["go_memstats_heap_inuse_bytes"]/1e6, m["go_goroutines"])
 }
 
-// TestAttackMemory (item 9): the in-memory store filled to its default cap
-// (1 Mi counters) with values of 16 bytes: heap and RSS per counter.
+// TestAttackMemory (item 9): the in-memory store filled to its cap with
+// counters of 16-byte values (one descriptor each, in domain evict): heap and
+// RSS per counter, at the default cap and at 1 Mi counters.
 func TestAttackMemory(t *testing.T) {
-	s := startSluice(t, "--config", hardening)
-	before := metrics(t, s)
-	memoryFigures(t, s)
-	before = metrics(t, s)
-	const n = 1 << 20
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			for {
-				base := next.Add(64) - 64
-				if base >= n {
-					return
+	for _, n := range []int{0, 1 << 20} {
+		args := []string{"--config", hardening}
+		if n != 0 {
+			args = append(args, "--max-counters", strconv.Itoa(n))
+		} else {
+			n = 1 << 18 // the default
+		}
+		s := startSluice(t, args...)
+		memoryFigures(t, s)
+		before := metrics(t, s)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for {
+					base := next.Add(64) - 64
+					if base >= int64(n) {
+						return
+					}
+					descs := make([][]string, 64)
+					for i := range descs {
+						descs[i] = []string{"flood", fmt.Sprintf("%016d", base+int64(i))}
+					}
+					if _, err := s.Client.ShouldRateLimit(context.Background(), request("evict", descs...)); err != nil {
+						t.Errorf("fill: %v", err)
+						return
+					}
 				}
-				descs := make([][]string, 64)
-				for i := range descs {
-					descs[i] = []string{"flood", fmt.Sprintf("%016d", base+int64(i))}
-				}
-				if _, err := s.Client.ShouldRateLimit(context.Background(), request("evict", descs...)); err != nil {
-					t.Errorf("fill: %v", err)
-					return
-				}
-			}
-		})
+			})
+		}
+		wg.Wait()
+		fig := memoryFigures(t, s)
+		after := metrics(t, s)
+		heap := after["go_memstats_heap_inuse_bytes"] - before["go_memstats_heap_inuse_bytes"]
+		rss := after["process_resident_memory_bytes"] - before["process_resident_memory_bytes"]
+		t.Logf("%d counters of 16-byte values: %s; per counter: heap %.0f B, rss %.0f B", n, fig, heap/float64(n), rss/float64(n))
 	}
-	wg.Wait()
-	fig := memoryFigures(t, s)
-	after := metrics(t, s)
-	heap := after["go_memstats_heap_inuse_bytes"] - before["go_memstats_heap_inuse_bytes"]
-	rss := after["process_resident_memory_bytes"] - before["process_resident_memory_bytes"]
-	t.Logf("%d counters of 16-byte values: %s; per counter: heap %.0f B, rss %.0f B", n, fig, heap/n, rss/n)
 }
 
 // TestAttackIdleGRPC (item 7): 2000 idle HTTP/2 connections to the gRPC
