@@ -283,3 +283,46 @@ func TestShedWhileRedisPaused(t *testing.T) {
 		t.Errorf("%d hits counted from the pause on, want at most the pool's 4 (scripts in flight)", late)
 	}
 }
+
+// TestReloadWhileWritesContinue is issue 12 item 8 against the binary: a
+// config rewritten more often than the debounce never reloaded (50 writes in
+// 10 s, 250 ms debounce: 0 reloads). With --reload-debounce 100ms and a
+// rewrite every 30 ms for 1.5 s, a rewritten limit must be in force before
+// the writes stop (a reload at most every 4 debounces).
+func TestReloadWhileWritesContinue(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "reload.yaml")
+	conf := func(n int) []byte {
+		return []byte("domain: reload\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n")
+	}
+	if err := os.WriteFile(file, conf(5), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSluice(t, "--config", dir, "--reload-debounce", "100ms")
+	inForce := func(i int) uint32 {
+		resp, err := s.Client.ShouldRateLimit(context.Background(), request("reload", []string{"k", "v" + strconv.Itoa(i)}))
+		if err != nil || resp.GetStatuses()[0].GetCurrentLimit() == nil {
+			return 0
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	start := time.Now()
+	var seen time.Duration
+	for i := 0; time.Since(start) < 1500*time.Millisecond; i++ {
+		tmp := filepath.Join(dir, ".reload.yaml.tmp")
+		if err := os.WriteFile(tmp, conf(100+i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		if seen == 0 && inForce(i) >= 100 {
+			seen = time.Since(start)
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no reload during 1.5 s of rewrites every 30 ms (debounce 100 ms)")
+	}
+	t.Logf("a rewritten limit was in force %v after the rewrites began", seen.Round(time.Millisecond))
+}
