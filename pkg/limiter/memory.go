@@ -12,15 +12,18 @@ import (
 )
 
 // DefaultMaxCounters is the MaxCounters of a MemoryStore whose options leave
-// it zero: 262,144 live counters. Each costs about 190 bytes of heap plus its
-// key's bytes (Sluice's keys: the domain and the descriptor's entries, a few
-// dozen bytes), and the process holds about 1.5x its heap in RSS (the
-// garbage collector's headroom): measured in the sluice binary with keys of
-// 16-byte values, 230 bytes of heap and 330 of RSS per counter, so about
-// 110 MB of RSS at this cap (370 MB at a million), which fits the 256 MiB
-// memory limit of deploy/kubernetes. Size MaxCounters to the keys live over
-// two windows, and the memory to it.
-const DefaultMaxCounters = 1 << 18
+// it zero: 131,072 live counters. A counter costs about 230 bytes of heap
+// with a state of plain words (a sliding window of one sub-window, a fixed
+// window, a token bucket), plus its key's bytes (Sluice's keys: the domain
+// and the descriptor's entries, a few dozen bytes), plus 8 per count of a
+// state with several (a sliding window of N sub-windows holds N+1); the
+// process holds about 1.4x its heap in RSS (the garbage collector's
+// headroom). Measured in the sluice binary with keys of 16-byte values: 260
+// bytes of heap and 400 of RSS per counter of one sub-window, 710 and 940
+// with the default 50 sub-windows; so about 150 MB of RSS at this cap at
+// most, within the 256 MiB memory limit of deploy/kubernetes. Size
+// MaxCounters to the keys live over two windows, and the memory to it.
+const DefaultMaxCounters = 1 << 17
 
 // DefaultMemoryShards is the Shards of a MemoryStore whose options leave it
 // zero.
@@ -121,20 +124,32 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// memEntry is a stored counter: its state, the Limit of its last write
-// (which its algorithm reads it by: its expiry, its weight for eviction),
-// and whether it was at or over its limit when written.
+// memEntry is a stored counter: its state, the parts of the Limit of its
+// last write that its identity (counterID) does not hold, and whether it was
+// at or over its limit when written. Its algorithm reads it by limit: for
+// its expiry and its weight in eviction.
 type memEntry struct {
-	s     State
-	limit Limit
-	full  bool
+	s        State
+	requests uint64
+	burst    uint64
+	full     bool
+}
+
+// limit returns the Limit e was last written under, rebuilt from id and e:
+// every field an algorithm reads to roll, report or expire a state (Window,
+// Algorithm and sub-windows are the counter's identity; Requests and Burst
+// are the last write's). Overdraw, which only deciding reads, is left
+// false. A field that an algorithm adds to Limit for those steps must be
+// kept here too.
+func (e *memEntry) limit(id counterID) Limit {
+	return Limit{Requests: e.requests, Window: id.window, Algorithm: id.alg, Burst: e.burst, SubWindows: id.sub}
 }
 
 // expires is the Unix ms from which e's state no longer matters (its
-// algorithm's expires). It is computed, not stored: a counter costs 8 bytes
-// less (see DefaultMaxCounters), and only sweeps and eviction ask.
-func (e *memEntry) expires() int64 {
-	return algorithms[e.limit.Algorithm].expires(e.s, e.limit)
+// algorithm's expires). It is computed, not stored (a counter is 8 bytes
+// smaller, see DefaultMaxCounters): only sweeps and eviction ask.
+func (e *memEntry) expires(id counterID) int64 {
+	return algorithms[id.alg].expires(e.s, e.limit(id))
 }
 
 type memShard struct {
@@ -264,12 +279,12 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 		// A denied request changes only the counters its overdraw hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
 			a := algorithms[h.Limit.Algorithm]
-			e := memEntry{s: sc.next[i], limit: h.Limit}
+			e := memEntry{s: sc.next[i], requests: h.Limit.Requests, burst: h.Limit.Burst}
 			if r := results[i]; r.Allowed {
 				// What weigh would compute: Remaining is report's on the new state.
 				e.full = r.Remaining == 0 && a.capacity(h.Limit) > 0
 			} else {
-				e.full = e.weigh(nowMs).full
+				e.full = e.weigh(sc.ids[i], nowMs).full
 			}
 			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})
 		}
@@ -329,7 +344,7 @@ func forEachBit(set []uint64, f func(int)) {
 // request's).
 func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req request) {
 	old, ok := sh.m[id]
-	expires := e.expires()
+	expires := e.expires(id)
 	if expires <= nowMs {
 		if ok {
 			sh.remove(id, old)
@@ -343,7 +358,7 @@ func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req
 		for len(sh.m) >= capacity {
 			// Over the cap (after a request with more new counters than a
 			// shard holds), e competes only once the shard is back at it.
-			stored, evicted := sh.evict(e, len(sh.m) == capacity, nowMs, req)
+			stored, evicted := sh.evict(id, e, len(sh.m) == capacity, nowMs, req)
 			if !stored {
 				return
 			}
@@ -373,7 +388,7 @@ func (sh *memShard) remove(id counterID, e memEntry) {
 func (sh *memShard) sweep(nowMs int64) {
 	earliest := int64(math.MaxInt64)
 	for id, e := range sh.m {
-		x := e.expires()
+		x := e.expires(id)
 		if x <= nowMs {
 			sh.remove(id, e)
 			continue
@@ -391,7 +406,7 @@ func (sh *memShard) sweep(nowMs int64) {
 // those. It reports whether e is to be stored (false: e was the one
 // forgotten) and whether it evicted a stored counter (false with stored
 // true: every counter is protected).
-func (sh *memShard) evict(e memEntry, compete bool, nowMs int64, req request) (stored, evicted bool) {
+func (sh *memShard) evict(eid counterID, e memEntry, compete bool, nowMs int64, req request) (stored, evicted bool) {
 	var (
 		victim counterID
 		found  bool
@@ -403,12 +418,12 @@ func (sh *memShard) evict(e memEntry, compete bool, nowMs int64, req request) (s
 		search = sh.full < len(sh.m)
 	)
 	if compete {
-		best = e.weigh(nowMs)
+		best = e.weigh(eid, nowMs)
 	}
 	for id, c := range sh.m {
 		// req.holds costs a scan of the request: ask it only of a counter
 		// that would be the victim, and until one outside req is seen.
-		if w := c.weigh(nowMs); w.less(best) {
+		if w := c.weigh(id, nowMs); w.less(best) {
 			if !req.holds(id) {
 				victim, best, found, other = id, w, true, true
 			}
@@ -438,14 +453,15 @@ type weight struct {
 	expires int64
 }
 
-// weigh returns e's weight at nowMs, from its algorithm: held is the Limit's
-// Capacity minus the Remaining the state reports right now.
-func (e memEntry) weigh(nowMs int64) weight {
-	a := algorithms[e.limit.Algorithm]
-	c := a.capacity(e.limit)
-	rem, _ := a.report(a.roll(e.s, nowMs, e.limit), nowMs, e.limit, true)
+// weigh returns the weight at nowMs of e, the entry of id, from its
+// algorithm: held is the Limit's Capacity minus the Remaining the state
+// reports right now.
+func (e memEntry) weigh(id counterID, nowMs int64) weight {
+	a, l := algorithms[id.alg], e.limit(id)
+	c := a.capacity(l)
+	rem, _ := a.report(a.roll(e.s, nowMs, l), nowMs, l, true)
 	held := c - min(rem, c)
-	w := weight{full: rem == 0 && held > 0, held: held, expires: a.expires(e.s, e.limit)}
+	w := weight{full: rem == 0 && held > 0, held: held, expires: a.expires(e.s, l)}
 	if !w.full && c > 0 {
 		w.share = float64(held) / float64(c)
 	}

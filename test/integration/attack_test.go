@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 const hardening = "test/integration/testdata/hardening"
@@ -327,12 +328,16 @@ func memoryFigures(t *testing.T, s *sluice) string {
 // counters of 16-byte values (one descriptor each, in domain evict): heap and
 // RSS per counter, at the default cap and at 1 Mi counters.
 func TestAttackMemory(t *testing.T) {
-	for _, n := range []int{0, 1 << 20} {
+	for _, tc := range []struct {
+		n     int
+		entry string
+	}{{0, "flood"}, {0, "flood1"}, {1 << 20, "flood1"}} {
+		n := tc.n
 		args := []string{"--config", hardening}
 		if n != 0 {
 			args = append(args, "--max-counters", strconv.Itoa(n))
 		} else {
-			n = 1 << 18 // the default
+			n = limiter.DefaultMaxCounters
 		}
 		s := startSluice(t, args...)
 		memoryFigures(t, s)
@@ -348,7 +353,7 @@ func TestAttackMemory(t *testing.T) {
 					}
 					descs := make([][]string, 64)
 					for i := range descs {
-						descs[i] = []string{"flood", fmt.Sprintf("%016d", base+int64(i))}
+						descs[i] = []string{tc.entry, fmt.Sprintf("%016d", base+int64(i))}
 					}
 					if _, err := s.Client.ShouldRateLimit(context.Background(), request("evict", descs...)); err != nil {
 						t.Errorf("fill: %v", err)
@@ -362,7 +367,7 @@ func TestAttackMemory(t *testing.T) {
 		after := metrics(t, s)
 		heap := after["go_memstats_heap_inuse_bytes"] - before["go_memstats_heap_inuse_bytes"]
 		rss := after["process_resident_memory_bytes"] - before["process_resident_memory_bytes"]
-		t.Logf("%d counters of 16-byte values: %s; per counter: heap %.0f B, rss %.0f B", n, fig, heap/float64(n), rss/float64(n))
+		t.Logf("%d counters of 16-byte values (%s): %s; per counter: heap %.0f B, rss %.0f B", n, tc.entry, fig, heap/float64(n), rss/float64(n))
 	}
 }
 

@@ -56,28 +56,32 @@ func keyHolding(t *testing.T, addrs []string, prefix, s string) string {
 	return found[0]
 }
 
-// counted returns what a sliding window counter holds, cur + prev (a run
-// shorter than its window crosses at most one boundary), 0 when the key is
-// missing. addrs are tried in turn (a Cluster key lives on one master).
+// counted returns the hits a sliding window counter holds: the sum of its
+// hash's counts (cur and prev with one sub-window; one field per sub-window
+// with several), all but the index "i", 0 when the key is missing. A run
+// shorter than the window loses none. addrs are tried in turn (a Cluster key
+// lives on one master).
 func counted(t *testing.T, addrs []string, key string) uint64 {
 	t.Helper()
 	for _, a := range addrs {
-		r, err := redistest.Do(a, "HMGET", key, "c", "p")
+		r, err := redistest.Do(a, "HGETALL", key)
 		if err != nil {
 			if strings.HasPrefix(err.Error(), "MOVED") {
 				continue
 			}
-			t.Fatalf("HMGET %q on %s: %v", key, a, err)
+			t.Fatalf("HGETALL %q on %s: %v", key, a, err)
 		}
+		kv := r.([]any)
 		var n uint64
-		for _, v := range r.([]any) {
-			if v != nil {
-				x, err := strconv.ParseUint(v.(string), 10, 64)
-				if err != nil {
-					t.Fatalf("HMGET %q: %v", key, err)
-				}
-				n += x
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == "i" {
+				continue
 			}
+			x, err := strconv.ParseUint(kv[i+1].(string), 10, 64)
+			if err != nil {
+				t.Fatalf("HGETALL %q: field %v: %v", key, kv[i], err)
+			}
+			n += x
 		}
 		return n
 	}
