@@ -12,17 +12,18 @@ import (
 )
 
 // DefaultMaxCounters is the MaxCounters of a MemoryStore whose options leave
-// it zero: 131,072 live counters. A counter costs about 230 bytes of heap
+// it zero: 131,072 live counters. A counter costs about 210 bytes of heap
 // with a state of plain words (a sliding window of one sub-window, a fixed
 // window, a token bucket), plus its key's bytes (Sluice's keys: the domain
 // and the descriptor's entries, a few dozen bytes), plus 8 per count of a
 // state with several (a sliding window of N sub-windows holds N+1); the
-// process holds about 1.4x its heap in RSS (the garbage collector's
-// headroom). Measured in the sluice binary with keys of 16-byte values: 260
-// bytes of heap and 400 of RSS per counter of one sub-window, 710 and 940
-// with the default 50 sub-windows; so about 150 MB of RSS at this cap at
-// most, within the 256 MiB memory limit of deploy/kubernetes. Size
-// MaxCounters to the keys live over two windows, and the memory to it.
+// process holds about 1.5x its heap in RSS (the garbage collector's
+// headroom). Measured in the sluice binary with keys of 16-byte values: 250
+// bytes of heap and 370 of RSS per counter of one sub-window, 680 and 890
+// with the default 50 sub-windows; so about 145 MB of RSS at this cap, and
+// 270 MB after a flood of 2M new keys churned it (freed states leave the
+// heap fragmented). Size MaxCounters to the keys live over two windows, and
+// the memory to it (GOMEMLIMIT makes the collector keep under a limit).
 const DefaultMaxCounters = 1 << 17
 
 // DefaultMemoryShards is the Shards of a MemoryStore whose options leave it
@@ -93,17 +94,18 @@ type MemoryOptions struct {
 // counter itself, when it is the one (it is then not stored). A forgotten
 // counter restarts from zero, so its key may be admitted again what it held:
 // a fail-open, so it falls on the emptiest counters. The measure is what a
-// counter holds against its limit right now (its algorithm's Capacity minus
-// the Remaining it reports; see algorithm): counters below their limit go
-// first, the one holding the smallest share of its limit first (nearly empty
-// ones, such as the single hit of each value of a flood), and a counter at or
-// over its limit (a hot key being denied) goes only when no counter of the
-// shard is below its own; among those, the one holding fewest hits; ties go
-// to the earliest expiry. When the sample holds only counters at their
-// limit, the rest of the shard is searched for one below its limit, but only
-// while the shard holds one (a count of the counters at their limit when last
-// written says so: a counter left alone never gets fuller), so a shard full
-// of counters at their limit costs no search. Refusing new counters instead
+// counter held against its limit when last written (its algorithm's
+// Capacity minus the Remaining it reported: see algorithm), an upper bound
+// of what it holds now, since a counter left alone never gets fuller.
+// Counters below their limit go first, the one holding the smallest share of
+// its limit first (nearly empty ones, such as the single hit of each value
+// of a flood), and a counter at or over its limit (a hot key being denied)
+// goes only when no counter of the shard is below its own; among those, the
+// one holding fewest hits; ties go to the earliest expiry. When the sample
+// holds only counters at their limit, the rest of the shard is searched for
+// one below its limit, but only while the shard holds one (a count of the
+// counters at their limit when last written says so), so a shard full of
+// counters at their limit costs no search. Refusing new counters instead
 // (ErrStoreUnavailable) would let anyone who can mint new keys (an end
 // client choosing header values or addresses) switch every request of every
 // domain into its failure mode, which is worse. Counters of the request
@@ -124,32 +126,41 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// memEntry is a stored counter: its state, the parts of the Limit of its
-// last write that its identity (counterID) does not hold, and whether it was
-// at or over its limit when written. Its algorithm reads it by limit: for
-// its expiry and its weight in eviction.
+// memEntry is a stored counter: its state, the Unix ms from which it no
+// longer matters (its algorithm's expires), and what it held against its
+// limit when written, which eviction weighs it by (see weight): a counter
+// left alone never gets fuller (the algorithm contract), so that is an upper
+// bound of what it holds now, and eviction reads no state, which for some
+// algorithms (sub-windows, logs) would cost a cache miss per sampled
+// counter.
 type memEntry struct {
-	s        State
-	requests uint64
-	burst    uint64
-	full     bool
+	s       State
+	expires int64
+	// held is, for a counter below its limit, the share of its capacity it
+	// held (0 to 1); for one at or over its limit (full), the hits it held.
+	held float32
+	full bool
 }
 
-// limit returns the Limit e was last written under, rebuilt from id and e:
-// every field an algorithm reads to roll, report or expire a state (Window,
-// Algorithm and sub-windows are the counter's identity; Requests and Burst
-// are the last write's). Overdraw, which only deciding reads, is left
-// false. A field that an algorithm adds to Limit for those steps must be
-// kept here too.
-func (e *memEntry) limit(id counterID) Limit {
-	return Limit{Requests: e.requests, Window: id.window, Algorithm: id.alg, Burst: e.burst, SubWindows: id.sub}
-}
-
-// expires is the Unix ms from which e's state no longer matters (its
-// algorithm's expires). It is computed, not stored (a counter is 8 bytes
-// smaller, see DefaultMaxCounters): only sweeps and eviction ask.
-func (e *memEntry) expires(id counterID) int64 {
-	return algorithms[id.alg].expires(e.s, e.limit(id))
+// newEntry returns the entry of state s, just written at nowMs under l, for
+// a hit whose Result r was computed on s (Evaluate reports on the new state,
+// Remaining for an Allowed hit).
+func newEntry(s State, nowMs int64, l Limit, r Result) memEntry {
+	a := algorithms[l.Algorithm]
+	rem := r.Remaining
+	if !r.Allowed { // Remaining was not computed: report it
+		rem, _ = a.report(a.roll(s, nowMs, l), nowMs, l, true)
+	}
+	c := a.capacity(l)
+	held := c - min(rem, c)
+	e := memEntry{s: s, expires: a.expires(s, l), full: rem == 0 && held > 0}
+	switch {
+	case e.full:
+		e.held = float32(held)
+	case c > 0:
+		e.held = float32(held) / float32(c)
+	}
+	return e
 }
 
 type memShard struct {
@@ -278,14 +289,7 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	for i, h := range hits {
 		// A denied request changes only the counters its overdraw hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
-			a := algorithms[h.Limit.Algorithm]
-			e := memEntry{s: sc.next[i], requests: h.Limit.Requests, burst: h.Limit.Burst}
-			if r := results[i]; r.Allowed {
-				// What weigh would compute: Remaining is report's on the new state.
-				e.full = r.Remaining == 0 && a.capacity(h.Limit) > 0
-			} else {
-				e.full = e.weigh(sc.ids[i], nowMs).full
-			}
+			e := newEntry(sc.next[i], nowMs, h.Limit, results[i])
 			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})
 		}
 	}
@@ -344,8 +348,7 @@ func forEachBit(set []uint64, f func(int)) {
 // request's).
 func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req request) {
 	old, ok := sh.m[id]
-	expires := e.expires(id)
-	if expires <= nowMs {
+	if e.expires <= nowMs {
 		if ok {
 			sh.remove(id, old)
 		}
@@ -358,7 +361,7 @@ func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req
 		for len(sh.m) >= capacity {
 			// Over the cap (after a request with more new counters than a
 			// shard holds), e competes only once the shard is back at it.
-			stored, evicted := sh.evict(id, e, len(sh.m) == capacity, nowMs, req)
+			stored, evicted := sh.evict(e, len(sh.m) == capacity, req)
 			if !stored {
 				return
 			}
@@ -366,7 +369,7 @@ func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req
 				break // only the request's own counters: go over the cap
 			}
 		}
-		sh.minExpires = min(sh.minExpires, expires)
+		sh.minExpires = min(sh.minExpires, e.expires)
 	} else if old.full {
 		sh.full--
 	}
@@ -388,12 +391,11 @@ func (sh *memShard) remove(id counterID, e memEntry) {
 func (sh *memShard) sweep(nowMs int64) {
 	earliest := int64(math.MaxInt64)
 	for id, e := range sh.m {
-		x := e.expires(id)
-		if x <= nowMs {
+		if e.expires <= nowMs {
 			sh.remove(id, e)
 			continue
 		}
-		earliest = min(earliest, x)
+		earliest = min(earliest, e.expires)
 	}
 	sh.minExpires = earliest
 }
@@ -406,11 +408,11 @@ func (sh *memShard) sweep(nowMs int64) {
 // those. It reports whether e is to be stored (false: e was the one
 // forgotten) and whether it evicted a stored counter (false with stored
 // true: every counter is protected).
-func (sh *memShard) evict(eid counterID, e memEntry, compete bool, nowMs int64, req request) (stored, evicted bool) {
+func (sh *memShard) evict(e memEntry, compete bool, req request) (stored, evicted bool) {
 	var (
 		victim counterID
 		found  bool
-		best   = weight{full: true, held: math.MaxUint64, expires: math.MaxInt64}
+		best   = weight{full: true, held: math.MaxFloat32, expires: math.MaxInt64}
 		seen   int
 		other  bool // a counter outside req was seen
 		// search: the shard holds a counter that was below its limit when
@@ -418,12 +420,12 @@ func (sh *memShard) evict(eid counterID, e memEntry, compete bool, nowMs int64, 
 		search = sh.full < len(sh.m)
 	)
 	if compete {
-		best = e.weigh(eid, nowMs)
+		best = e.weigh()
 	}
 	for id, c := range sh.m {
 		// req.holds costs a scan of the request: ask it only of a counter
 		// that would be the victim, and until one outside req is seen.
-		if w := c.weigh(id, nowMs); w.less(best) {
+		if w := c.weigh(); w.less(best) {
 			if !req.holds(id) {
 				victim, best, found, other = id, w, true, true
 			}
@@ -443,29 +445,19 @@ func (sh *memShard) evict(eid counterID, e memEntry, compete bool, nowMs int64, 
 }
 
 // weight orders counters for eviction: what forgetting one would admit
-// again. A counter below its limit (full false) weighs share, the part of
-// its limit it holds (0 to 1); one at or over its limit weighs held, the hits
-// it holds; expires breaks ties. The lighter goes first.
+// again, as it held when written. A counter below its limit (full false)
+// weighs held, the share of its limit (0 to 1); one at or over its limit
+// weighs held, the hits it holds; expires breaks ties. The lighter goes
+// first.
 type weight struct {
 	full    bool
-	share   float64
-	held    uint64
+	held    float32
 	expires int64
 }
 
-// weigh returns the weight at nowMs of e, the entry of id, from its
-// algorithm: held is the Limit's Capacity minus the Remaining the state
-// reports right now.
-func (e memEntry) weigh(id counterID, nowMs int64) weight {
-	a, l := algorithms[id.alg], e.limit(id)
-	c := a.capacity(l)
-	rem, _ := a.report(a.roll(e.s, nowMs, l), nowMs, l, true)
-	held := c - min(rem, c)
-	w := weight{full: rem == 0 && held > 0, held: held, expires: a.expires(e.s, l)}
-	if !w.full && c > 0 {
-		w.share = float64(held) / float64(c)
-	}
-	return w
+// weigh returns e's weight.
+func (e memEntry) weigh() weight {
+	return weight{full: e.full, held: e.held, expires: e.expires}
 }
 
 // less reports whether w goes before o.
@@ -473,9 +465,7 @@ func (w weight) less(o weight) bool {
 	switch {
 	case w.full != o.full:
 		return !w.full
-	case !w.full && w.share != o.share:
-		return w.share < o.share
-	case w.full && w.held != o.held:
+	case w.held != o.held:
 		return w.held < o.held
 	}
 	return w.expires < o.expires
