@@ -40,9 +40,10 @@ var errShed = fmt.Errorf("%w: not sent to redis", limiter.ErrStoreUnavailable)
 //     sent: a call sent too late times out in flight, is answered by the
 //     failure mode anyway, and may still run in Redis and count. (A call
 //     with time left but less than the estimate still goes when no other
-//     call is in flight, so that the estimate is measured again.) Waiting
-//     is not predicted from the queue: an estimate measured under a burst
-//     would shed calls that the slots, freeing in parallel, would serve.
+//     call is in flight, so that the estimate is measured again.) A call
+//     that the calls waiting ahead would keep waiting for twice its budget
+//     is answered at once; the factor 2 because an estimate measured in a
+//     burst runs high, and must not shed calls the slots would serve.
 //   - When a call times out in flight and the node has answered nothing
 //     since it was sent, nor for stallQuiet, the node is stalled (paused,
 //     hung, partitioned): no decision is sent to it, and each is answered at
@@ -58,6 +59,7 @@ type gate struct {
 	slots     chan struct{}
 	rtt       atomic.Int64 // moving average of round trips, ns; 0 before the first reply
 	lastReply atomic.Int64 // Unix ns of the last reply from the node
+	waiting   atomic.Int64 // calls waiting for a slot
 	stalled   atomic.Bool
 	probing   atomic.Bool
 	ping      func(ctx context.Context) error
@@ -113,7 +115,9 @@ func (g *gate) enter(ctx context.Context) (time.Time, error) {
 
 // take takes a slot, waiting while every one is busy, at most until ctx's
 // deadline leaves less than a round trip (need): then it returns an error
-// wrapping errShed.
+// wrapping errShed. A call that would wait far longer than that, by the
+// calls waiting ahead of it (about cap(slots) served per round trip: twice
+// its budget), is answered at once instead of at its deadline.
 func (g *gate) take(ctx context.Context, need time.Duration, dl time.Time, hasDL bool) error {
 	select {
 	case g.slots <- struct{}{}:
@@ -122,7 +126,14 @@ func (g *gate) take(ctx context.Context, need time.Duration, dl time.Time, hasDL
 	}
 	var timeout <-chan time.Time
 	if hasDL {
-		t := time.NewTimer(time.Until(dl) - need)
+		ahead := g.waiting.Add(1) - 1
+		defer g.waiting.Add(-1)
+		budget := time.Until(dl) - need
+		if wait := time.Duration(ahead/int64(cap(g.slots))+1) * need; wait > 2*budget {
+			return fmt.Errorf("%w: all %d connections busy and %d calls ahead: a slot in about %v, past the deadline",
+				errShed, cap(g.slots), ahead, wait.Round(time.Microsecond))
+		}
+		t := time.NewTimer(budget)
 		defer t.Stop()
 		timeout = t.C
 	}

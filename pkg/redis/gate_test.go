@@ -105,8 +105,9 @@ func TestShedBeforeRedis(t *testing.T) {
 }
 
 // TestGateEstimate: the round trip estimate starts at minRoundTrip and
-// moves an eighth of the way to each measure, and a call waiting for a slot
-// is shed when its deadline leaves less than a round trip.
+// moves an eighth of the way to each measure; a call waiting for a slot is
+// shed when its deadline leaves less than a round trip, and at once when
+// the wait would pass twice its budget.
 func TestGateEstimate(t *testing.T) {
 	g := newGate(2, func(context.Context) error { return nil })
 	if got := g.roundTrip(); got != minRoundTrip {
@@ -118,17 +119,26 @@ func TestGateEstimate(t *testing.T) {
 		t.Errorf("roundTrip() = %v after one 8.1 ms reply, want %v", got, want)
 	}
 
-	// Both slots busy, a 1 s round trip, a deadline 1.2 s away: enter
-	// waits until the deadline leaves less than a round trip (0.2 s), then
-	// sheds; the call is never sent.
-	g.rtt.Store(int64(time.Second))
+	// Both slots busy, a 10 ms round trip, a deadline 300 ms away: enter
+	// waits until the deadline leaves less than a round trip, then sheds;
+	// the call is never sent.
+	g.rtt.Store(int64(10 * time.Millisecond))
 	g.slots <- struct{}{}
 	g.slots <- struct{}{}
-	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) > time.Second {
-		t.Errorf("enter behind 2 busy slots = %v after %v, want errShed once the deadline leaves less than a round trip", err, time.Since(start))
+	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) < 250*time.Millisecond {
+		t.Errorf("enter behind 2 busy slots = %v after %v, want errShed when the deadline leaves less than a round trip (290 ms)", err, time.Since(start))
+	}
+	// A 1 s round trip and a deadline 1.2 s away: waiting a round trip for
+	// a slot would pass twice the 0.2 s budget, so enter sheds at once.
+	g.rtt.Store(int64(time.Second))
+	ctx, cancel = context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("enter with no hope of a slot in time = %v after %v, want errShed at once", err, time.Since(start))
 	}
 }
 

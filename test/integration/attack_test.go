@@ -183,7 +183,7 @@ func TestAttackClusterRefunds(t *testing.T) {
 		for _, hits := range []uint64{2, 3, 5} {
 			run++
 			vals, keys := refundValues(t, s, addrs, prefix, fmt.Sprintf("r%d", run))
-			logBefore := strings.Count(s.Log(), "refund")
+			logBefore := strings.Count(s.Log(), "refund after")
 			var admitted, denied, failed atomic.Int64
 			var ta tally
 			var wg sync.WaitGroup
@@ -215,8 +215,8 @@ func TestAttackClusterRefunds(t *testing.T) {
 			for i, k := range keys {
 				got[i] = counted(t, addrs, k)
 			}
-			warnings := strings.Count(s.Log(), "refund") - logBefore
-			t.Logf("%d callers, hits %d: admitted %d, denied %d, errors %d; want each counter %d; parent %d, sibling %d, tight %d; %d log lines on refunds; %v",
+			warnings := strings.Count(s.Log(), "refund after") - logBefore
+			t.Logf("%d callers, hits %d: admitted %d, denied %d, errors %d; want each counter %d; parent %d, sibling %d, tight %d; %d refund warnings; %v",
 				callers, hits, admitted.Load(), denied.Load(), failed.Load(), hits*uint64(admitted.Load()), got[0], got[1], got[2], warnings, &ta)
 		}
 	}
