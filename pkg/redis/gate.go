@@ -50,8 +50,8 @@ var errShed = fmt.Errorf("%w: not sent to redis", limiter.ErrStoreUnavailable)
 //     once, until a PING, at most one at a time, is answered. (What runs
 //     late after a stall is bounded anyway: a script goes only on a
 //     connection made before it, since a new one waits for the handshake
-//     reply (HELLO) first; so at most the pool's connections, one script
-//     each.)
+//     reply (HELLO, with go-redis's default RESP3) first; so at most the
+//     pool's connections, one script each.)
 //
 // Refunds and the checks of a denied Cluster request bypass the gate: they
 // are retried or read nothing (limiter.lua's modes "u" and "c").
