@@ -1,7 +1,8 @@
 // Package redistest starts real redis-server processes for tests: a shared
 // standalone server (Addr), a shared 3-master Redis Cluster (Cluster), and
-// private servers: one a test may stop and start again (Start), a TLS-only one
-// (StartTLS) and a master watched by a Sentinel (Sentinel).
+// private servers: one a test may stop and start again (Start), a Cluster
+// whose nodes it may stop (StartCluster), a TLS-only one (StartTLS) and a
+// master watched by a Sentinel (Sentinel).
 //
 // Servers listen on free loopback ports, never on fixed ones, keep no data on
 // disk (--save "" --appendonly no), and die with the test binary. Tests that
@@ -112,6 +113,23 @@ func Cluster(t testing.TB) []string {
 		t.Fatal(cluster.err)
 	}
 	return append([]string(nil), cluster.addrs...)
+}
+
+// StartCluster starts a private 3-master Redis Cluster (no replicas) for t,
+// as Cluster does, and stops it in t.Cleanup. Unlike Cluster's, its nodes
+// are t's to stop, pause and start again (to make a shard unreachable).
+func StartCluster(t testing.TB) (nodes []*Server, addrs []string) {
+	t.Helper()
+	nodes, addrs, err := newCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	})
+	return nodes, addrs
 }
 
 // Start starts a private standalone redis-server for t and stops it in

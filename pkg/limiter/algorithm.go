@@ -37,7 +37,8 @@ const (
 
 // algorithms is the registry of algorithms, indexed by Algorithm: the one
 // place that lists them. Everything that depends on the algorithm (Evaluate,
-// Limit.Validate, MemoryStore's expiry, OverLimitCache) goes through it.
+// Limit.Validate, MemoryStore's expiry and eviction, OverLimitCache) goes
+// through it.
 var algorithms = [...]struct {
 	name string // config spelling: rate_limit.algorithm
 	algorithm
@@ -88,6 +89,16 @@ type algorithm interface {
 	// report returns how many more hits l admits on s right now (0 unless
 	// allowed: it is computed for an allowed hit only) and the time until s
 	// admits the full l with no further traffic.
+	//
+	// MemoryStore's eviction weighs a counter by it too, when the counter
+	// is written: with allowed true, capacity(l) - remaining is what the
+	// counter holds against l, which forgetting it would admit again, and it
+	// is at its limit when remaining is 0. So remaining must be at most
+	// capacity(l), and must not decrease as nowMs grows while s is left
+	// alone (a counter nobody writes never gets fuller): what a counter held
+	// when written then bounds what it holds until its next write, and one
+	// below its limit then is still below it (TestEvictionReadsOfEveryAlgorithm
+	// checks both on every algorithm).
 	report(s State, nowMs int64, l Limit, allowed bool) (remaining uint64, resetAfterMs int64)
 	// expires returns the Unix ms from which s, with no further traffic, is
 	// equivalent to the zero State, and math.MinInt64 when it already is.

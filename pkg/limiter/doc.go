@@ -38,7 +38,13 @@
 //     Go<->Lua differential test's random mixes, and a TTL case.
 //
 // MemoryStore, OverLimitCache, the key layout and the Cluster handling need
-// no change: they reach the algorithm through the table.
+// no change: they reach the algorithm through the table. MemoryStore's
+// eviction reads report and capacity (what a counter holds against its
+// limit when written), so report's remaining must stay at most capacity and
+// never shrink while a state is left alone (see the interface;
+// TestEvictionReadsOfEveryAlgorithm runs every algorithm in the table); and
+// the Lua section's undo must take back exactly its token, since mode "u"
+// runs it once per refund (its marker makes a retried refund a no-op).
 //
 // # Shared limits
 //

@@ -12,9 +12,19 @@ import (
 )
 
 // DefaultMaxCounters is the MaxCounters of a MemoryStore whose options leave
-// it zero: about a million live counters, roughly 100 bytes each plus the
-// key's bytes.
-const DefaultMaxCounters = 1 << 20
+// it zero: 131,072 live counters. A counter costs about 210 bytes of heap
+// with a state of plain words (a sliding window of one sub-window, a fixed
+// window, a token bucket), plus its key's bytes (Sluice's keys: the domain
+// and the descriptor's entries, a few dozen bytes), plus 8 per count of a
+// state with several (a sliding window of N sub-windows holds N+1); the
+// process holds about 1.5x its heap in RSS (the garbage collector's
+// headroom). Measured in the sluice binary with keys of 16-byte values: 250
+// bytes of heap and 370 of RSS per counter of one sub-window, 680 and 890
+// with the default 50 sub-windows; so about 145 MB of RSS at this cap, and
+// 270 MB after a flood of 2M new keys churned it (freed states leave the
+// heap fragmented). Size MaxCounters to the keys live over two windows, and
+// the memory to it (GOMEMLIMIT makes the collector keep under a limit).
+const DefaultMaxCounters = 1 << 17
 
 // DefaultMemoryShards is the Shards of a MemoryStore whose options leave it
 // zero.
@@ -25,7 +35,8 @@ const DefaultMemoryShards = 64
 const maxMemoryShards = 1 << 12
 
 // evictionSample is how many counters eviction compares to find the one
-// closest to expiry. Redis approximates its LRU the same way (maxmemory-samples).
+// whose loss admits least. Redis approximates its LRU the same way
+// (maxmemory-samples).
 const evictionSample = 16
 
 // MemoryOptions configures NewMemoryStore. The zero value is valid: the
@@ -77,18 +88,30 @@ type MemoryOptions struct {
 // epoch, that is about once per window boundary, so the sweep's cost is
 // amortised over the window's inserts.
 //
-// When a shard is full and nothing in it has expired, inserting a new counter
-// evicts the counter closest to expiry among a sample of 16 (all of them when
-// the shard holds no more). An evicted counter restarts from zero, so its key
-// may be admitted up to one limit's worth more than it should: a fail-open
-// that touches the least significant state (the counter that would soonest
-// have been dropped anyway) and only the keys beyond the cap. Refusing
-// instead (ErrStoreUnavailable) would let anyone who can mint new keys (an
-// end client choosing header values or addresses) switch every request of
-// every domain into its failure mode, which is worse. Counters of the
-// request being applied are never evicted by that request; if it alone has
-// more new counters than a shard holds, the shard goes over its cap until
-// later inserts evict it back under.
+// When a shard is full and nothing in it has expired, a new counter competes
+// with a sample of 16 of the shard's counters (all of them when the shard
+// holds no more), and the one whose loss admits least is forgotten: the new
+// counter itself, when it is the one (it is then not stored). A forgotten
+// counter restarts from zero, so its key may be admitted again what it held:
+// a fail-open, so it falls on the emptiest counters. The measure is what a
+// counter held against its limit when last written (its algorithm's
+// Capacity minus the Remaining it reported: see algorithm), an upper bound
+// of what it holds now, since a counter left alone never gets fuller.
+// Counters below their limit go first, the one holding the smallest share of
+// its limit first (nearly empty ones, such as the single hit of each value
+// of a flood), and a counter at or over its limit (a hot key being denied)
+// goes only when no counter of the shard is below its own; among those, the
+// one holding fewest hits; ties go to the earliest expiry. When the sample
+// holds only counters at their limit, the rest of the shard is searched for
+// one below its limit, but only while the shard holds one (a count of the
+// counters at their limit when last written says so), so a shard full of
+// counters at their limit costs no search. Refusing new counters instead
+// (ErrStoreUnavailable) would let anyone who can mint new keys (an end
+// client choosing header values or addresses) switch every request of every
+// domain into its failure mode, which is worse. Counters of the request
+// being applied are never evicted by that request; if it alone has more new
+// counters than a shard holds, the shard goes over its cap until later
+// inserts evict it back under.
 type MemoryStore struct {
 	now      func() time.Time
 	start    time.Time // now() at NewMemoryStore
@@ -103,11 +126,41 @@ type MemoryStore struct {
 
 var _ Store = (*MemoryStore)(nil)
 
-// memEntry is a stored counter and the Unix ms from which its state no
-// longer matters (its algorithm's expires).
+// memEntry is a stored counter: its state, the Unix ms from which it no
+// longer matters (its algorithm's expires), and what it held against its
+// limit when written, which eviction weighs it by (see weight): a counter
+// left alone never gets fuller (the algorithm contract), so that is an upper
+// bound of what it holds now, and eviction reads no state, which for some
+// algorithms (sub-windows, logs) would cost a cache miss per sampled
+// counter.
 type memEntry struct {
 	s       State
 	expires int64
+	// held is, for a counter below its limit, the share of its capacity it
+	// held (0 to 1); for one at or over its limit (full), the hits it held.
+	held float32
+	full bool
+}
+
+// newEntry returns the entry of state s, just written at nowMs under l, for
+// a hit whose Result r was computed on s (Evaluate reports on the new state,
+// Remaining for an Allowed hit).
+func newEntry(s State, nowMs int64, l Limit, r Result) memEntry {
+	a := algorithms[l.Algorithm]
+	rem := r.Remaining
+	if !r.Allowed { // Remaining was not computed: report it
+		rem, _ = a.report(a.roll(s, nowMs, l), nowMs, l, true)
+	}
+	c := a.capacity(l)
+	held := c - min(rem, c)
+	e := memEntry{s: s, expires: a.expires(s, l), full: rem == 0 && held > 0}
+	switch {
+	case e.full:
+		e.held = float32(held)
+	case c > 0:
+		e.held = float32(held) / float32(c)
+	}
+	return e
 }
 
 type memShard struct {
@@ -118,7 +171,9 @@ type memShard struct {
 	minExpires int64
 	// highMs is the latest clock (Unix ms) a request applied to this shard.
 	highMs int64
-	_      [32]byte // keep shards on separate cache lines
+	// full counts the entries of m whose full is set.
+	full int
+	_    [24]byte // keep shards on separate cache lines
 }
 
 // memScratch is the working memory of one Apply, pooled so that an Apply
@@ -234,8 +289,8 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	for i, h := range hits {
 		// A denied request changes only the counters its overdraw hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
-			expires := algorithms[h.Limit.Algorithm].expires(sc.next[i], h.Limit)
-			s.shards[sc.shard[i]].put(sc.ids[i], memEntry{sc.next[i], expires}, nowMs, s.shardCap, sc.ids)
+			e := newEntry(sc.next[i], nowMs, h.Limit, results[i])
+			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})
 		}
 	}
 }
@@ -288,21 +343,48 @@ func forEachBit(set []uint64, f func(int)) {
 // put stores e as the entry of id at nowMs. An entry that no longer matters
 // at nowMs (an empty state) is deleted. A new counter first sweeps expired
 // ones (when any may have expired) and, if the shard is still at capacity,
-// evicts; it never evicts a counter in protect (the current request's).
-func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, protect []counterID) {
+// evicts the counter whose loss admits least, which may be the new counter
+// itself (then not stored); it never evicts a counter of req (the current
+// request's).
+func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req request) {
+	old, ok := sh.m[id]
 	if e.expires <= nowMs {
-		delete(sh.m, id)
+		if ok {
+			sh.remove(id, old)
+		}
 		return
 	}
-	if _, ok := sh.m[id]; !ok {
+	if !ok {
 		if nowMs >= sh.minExpires {
 			sh.sweep(nowMs)
 		}
-		for len(sh.m) >= capacity && sh.evict(protect) {
+		for len(sh.m) >= capacity {
+			// Over the cap (after a request with more new counters than a
+			// shard holds), e competes only once the shard is back at it.
+			stored, evicted := sh.evict(e, len(sh.m) == capacity, req)
+			if !stored {
+				return
+			}
+			if !evicted {
+				break // only the request's own counters: go over the cap
+			}
 		}
 		sh.minExpires = min(sh.minExpires, e.expires)
+	} else if old.full {
+		sh.full--
+	}
+	if e.full {
+		sh.full++
 	}
 	sh.m[id] = e
+}
+
+// remove deletes id, whose entry is e, from the shard.
+func (sh *memShard) remove(id counterID, e memEntry) {
+	delete(sh.m, id)
+	if e.full {
+		sh.full--
+	}
 }
 
 // sweep drops every counter expired at nowMs and recomputes minExpires.
@@ -310,7 +392,7 @@ func (sh *memShard) sweep(nowMs int64) {
 	earliest := int64(math.MaxInt64)
 	for id, e := range sh.m {
 		if e.expires <= nowMs {
-			delete(sh.m, id)
+			sh.remove(id, e)
 			continue
 		}
 		earliest = min(earliest, e.expires)
@@ -318,36 +400,91 @@ func (sh *memShard) sweep(nowMs int64) {
 	sh.minExpires = earliest
 }
 
-// evict drops the counter closest to expiry among a sample of the shard's
-// counters (Go randomises where a map iteration starts) and reports whether
-// it dropped one.
-func (sh *memShard) evict(protect []counterID) bool {
+// evict makes room for the new entry e at nowMs: among a sample of the
+// shard's counters outside req (Go randomises where a map iteration
+// starts), and e itself when it competes, it forgets the one whose loss
+// admits least (see weight). When every one sampled is at or over its limit
+// and the shard holds counters that are not, it searches on for one of
+// those. It reports whether e is to be stored (false: e was the one
+// forgotten) and whether it evicted a stored counter (false with stored
+// true: every counter is protected).
+func (sh *memShard) evict(e memEntry, compete bool, req request) (stored, evicted bool) {
 	var (
-		victim  counterID
-		found   bool
-		expires int64
-		seen    int
+		victim counterID
+		found  bool
+		best   = weight{full: true, held: math.MaxFloat32, expires: math.MaxInt64}
+		seen   int
+		other  bool // a counter outside req was seen
+		// search: the shard holds a counter that was below its limit when
+		// written, so still is; keep looking while the best is not.
+		search = sh.full < len(sh.m)
 	)
-	for id, e := range sh.m {
-		if isProtected(id, protect) {
-			continue
+	if compete {
+		best = e.weigh()
+	}
+	for id, c := range sh.m {
+		// req.holds costs a scan of the request: ask it only of a counter
+		// that would be the victim, and until one outside req is seen.
+		if w := c.weigh(); w.less(best) {
+			if !req.holds(id) {
+				victim, best, found, other = id, w, true, true
+			}
+		} else if !other {
+			other = !req.holds(id)
 		}
-		if !found || e.expires < expires {
-			victim, expires, found = id, e.expires, true
-		}
-		if seen++; seen == evictionSample {
+		if seen++; seen >= evictionSample && (!best.full || !search) {
 			break
 		}
 	}
-	if found {
-		delete(sh.m, victim)
+	if !found {
+		// e is the lightest, unless only the request's counters were seen.
+		return !other || !compete, false
 	}
-	return found
+	sh.remove(victim, sh.m[victim])
+	return true, true
 }
 
-func isProtected(id counterID, protect []counterID) bool {
-	for _, p := range protect {
-		if p == id {
+// weight orders counters for eviction: what forgetting one would admit
+// again, as it held when written. A counter below its limit (full false)
+// weighs held, the share of its limit (0 to 1); one at or over its limit
+// weighs held, the hits it holds; expires breaks ties. The lighter goes
+// first.
+type weight struct {
+	full    bool
+	held    float32
+	expires int64
+}
+
+// weigh returns e's weight.
+func (e memEntry) weigh() weight {
+	return weight{full: e.full, held: e.held, expires: e.expires}
+}
+
+// less reports whether w goes before o.
+func (w weight) less(o weight) bool {
+	switch {
+	case w.full != o.full:
+		return !w.full
+	case w.held != o.held:
+		return w.held < o.held
+	}
+	return w.expires < o.expires
+}
+
+// request is the counters of the request being applied, which its own
+// inserts never evict: ids[i] is in shard shards[i]; shard is the shard
+// being written.
+type request struct {
+	ids    []counterID
+	shards []int
+	shard  int
+}
+
+// holds reports whether id, a counter of r.shard, is one of r's. It compares
+// shards first: most of a large request's counters are in other shards.
+func (r request) holds(id counterID) bool {
+	for i, p := range r.ids {
+		if r.shards[i] == r.shard && p == id {
 			return true
 		}
 	}

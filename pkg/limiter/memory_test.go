@@ -71,7 +71,10 @@ func TestMemoryStoreDropsCountersThatNoLongerMatter(t *testing.T) {
 	}
 }
 
-func TestMemoryStoreEvictsTheCounterClosestToExpiry(t *testing.T) {
+// TestMemoryStoreEvictionTiesGoToTheEarliestExpiry: among counters that
+// hold the same share of their limits, eviction takes the one closest to
+// expiry (TestMemoryStoreEvictsTheEmptiest has the shares decide).
+func TestMemoryStoreEvictionTiesGoToTheEarliestExpiry(t *testing.T) {
 	clk := testclock.NewMilli(t0)
 	s := limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now, MaxCounters: 3, Shards: 1})
 	l := perMinute(10)

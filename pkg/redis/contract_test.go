@@ -14,7 +14,7 @@ import (
 func TestStoreContract(t *testing.T) {
 	t.Parallel()
 	limitertest.TestStore(t, func(t *testing.T, now func() time.Time) limiter.Store {
-		s, _ := newTestStore(t, Options{Now: now})
+		s, _ := newTestStore(t, Options{Now: now, CallTimeout: loadTimeout})
 		return s
 	})
 }
@@ -26,7 +26,7 @@ func TestStoreContractCluster(t *testing.T) {
 		prefix := redistest.Prefix(t.Name())
 		c := newClusterClient(t, addrs)
 		t.Cleanup(func() { deletePrefix(t, newClusterClient(t, addrs), prefix) })
-		return New(c, Options{Now: now, Prefix: prefix, CallTimeout: testTimeout})
+		return New(c, Options{Now: now, Prefix: prefix, CallTimeout: loadTimeout})
 	})
 }
 

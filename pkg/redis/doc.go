@@ -30,6 +30,26 @@
 // quota group spread over several slots, which is decided in Go once every
 // slot has admitted.
 //
+// A refund is the script's mode "u" under a marker key that names it
+// (refund.go): the first run sets the marker, a second changes nothing. So a
+// refund whose reply is lost to a deadline is retried, in the background,
+// until Redis answers it (up to RefundHorizon), and is never applied twice;
+// failures are logged at most once per 10 s, with counts. A denial that one
+// slot has given is the answer even when another slot cannot be read.
+//
+// # Shedding load
+//
+// Every decision goes through a gate per Redis node (gate.go): at most the
+// pool's connections are in flight, so go-redis never queues one; a decision
+// whose deadline would leave less than a round trip (a moving average of
+// measured ones) is not sent but answered at once by an error wrapping
+// limiter.ErrStoreUnavailable (so the failure mode answers), and a node that
+// answered nothing for 200 ms while a call timed out is sent nothing until it
+// answers a PING. What a store cannot take back: a script already sent when
+// its node stalls may still run when it resumes, after its caller was
+// answered by the failure mode; at most one per pooled connection, since a
+// new connection waits for its handshake reply (HELLO) before sending.
+//
 // # Keys
 //
 // One key per counter, named by its identity; what it holds is its

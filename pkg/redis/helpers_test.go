@@ -16,16 +16,23 @@ import (
 // and the 15 ms production default would make tests flaky, not stricter.
 const testTimeout = 2 * time.Second
 
+// loadTimeout is the per-call deadline of tests that run hundreds of
+// concurrent callers and need every one decided: the Store sheds a call
+// that its round trip estimate says cannot be answered in time, and under
+// -race, with other tests in parallel, hundreds of calls queued behind a
+// pool of 10 connections wait seconds.
+const loadTimeout = time.Minute
+
 func newClient(t testing.TB, addr string) *goredis.Client {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 func newClusterClient(t testing.TB, addrs []string) *goredis.ClusterClient {
 	t.Helper()
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -57,13 +57,19 @@
 -- another slot already denied.
 --
 -- Mode "u" (undo): take back what an admitting "a" call consumed, when the
--- request was denied by a script on another Cluster slot.
---   KEYS      the keys of that call.
+-- request was denied by a script on another Cluster slot. Idempotent: the
+-- caller names each undo by a marker key, which the first run creates, so a
+-- retried undo (its reply lost to a deadline after it ran) changes nothing.
+--   KEYS      the keys of that call, then the marker: a key of the same
+--             slot (the first key's name, ":u:" and an id unique to the
+--             undo).
 --   ARGV[1]   "u".
 --   ARGV[2]   now in Unix ms or "" (as above).
---   then UNDO_ARGS (5) per key: algorithm, window ms, sub-windows, and the
---             key's token (u1, u2) from the "a" reply.
---   Reply     the number of counters changed.
+--   ARGV[3]   the marker's TTL in ms: how long a retry is recognised.
+--   then UNDO_ARGS (5) per counter key: algorithm, window ms,
+--             sub-windows, and the key's token (u1, u2) from the "a" reply.
+--   Reply     the number of counters changed, or -1 when the marker
+--             exists: this undo already ran.
 --
 -- An algorithm's section defines these functions, on its state (at, n1, n2:
 -- limiter.State's At, N1, N2, or what the section says), with w the window
@@ -858,9 +864,12 @@ local function algorithm(a, N)
 end
 
 if mode == 'u' then
+  if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'PX', ARGV[3]) then
+    return -1
+  end
   local changed = 0
-  for k = 1, #KEYS do
-    local b = 2 + (k - 1) * UNDO_ARGS
+  for k = 1, #KEYS - 1 do
+    local b = 3 + (k - 1) * UNDO_ARGS
     local A, N = algorithm(ARGV[b + 1], tonumber(ARGV[b + 3]))
     changed = changed + A.undo(KEYS[k], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), N)
   end

@@ -69,7 +69,8 @@ type Settings struct {
 // down. It returns an error for a malformed URL, an unreadable TLSCAFile or
 // contradictory settings (Sentinel without addresses, a Cluster with a db).
 // Commands are not retried: a script that timed out may have run, and a retry
-// could count it twice; the failure mode decides instead. log may be nil.
+// could count it twice; the failure mode decides instead. Nor are dials,
+// within one call: the next call dials again. log may be nil.
 // Open changes no process-wide state: what go-redis logs by itself goes where
 // SetClientLogger sent it (by default, go-redis's stderr logger).
 func Open(s Settings, log *zap.Logger) (*Store, error) {

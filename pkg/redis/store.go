@@ -5,8 +5,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -34,6 +36,9 @@ const (
 	// argsPerHit is the count of ARGV per hit: key index, requests, burst,
 	// hits, flags (HIT_ARGS).
 	argsPerHit = 5
+	// argsUndoHead is the count of ARGV before the per-key ones in mode
+	// "u": mode, now, the marker's TTL.
+	argsUndoHead = 3
 	// argsPerUndoKey is the count of ARGV per key in mode "u": algorithm,
 	// window ms, sub-windows, and the key's undo token (UNDO_ARGS).
 	argsPerUndoKey = 5
@@ -95,20 +100,37 @@ type Options struct {
 	// Now, when set, is the clock the script uses instead of Redis TIME. For
 	// tests only: in production every instance must share Redis's clock.
 	Now func() time.Time
-	// Logger receives warnings the Store cannot return (a failed refund after
-	// a cross-slot denial). Default zap.NewNop().
+	// Logger receives warnings the Store cannot return (refunds after a
+	// cross-slot denial that failed, at most one line per 10 s). Default
+	// zap.NewNop().
 	Logger *zap.Logger
 }
 
 // Store is a limiter.Store on Redis: standalone, Sentinel or Cluster. It is
-// safe for concurrent use; it holds no per-request state.
+// safe for concurrent use; it holds no per-request state. It sheds load
+// before Redis (see gate): at most the client's pool size of decisions are
+// in flight per node, and a decision that cannot be sent in time, or that
+// would go to a node that stopped answering, is not sent: Apply returns an
+// error wrapping limiter.ErrStoreUnavailable at once, so the failure mode
+// answers. What it cannot undo: a script already sent when its node stalls
+// may still run once the node resumes, after its caller was answered by
+// the failure mode (at most the pool size of them per node).
 type Store struct {
-	c       Client
-	cluster bool
-	prefix  string
-	timeout time.Duration
-	now     func() time.Time
-	log     *zap.Logger
+	c        Client
+	cluster  bool
+	prefix   string
+	timeout  time.Duration
+	now      func() time.Time
+	log      *zap.Logger
+	poolSize int
+	// settleTimeout bounds the round trip that refunds a denied Cluster
+	// request, CallTimeout unless a test shortens it (to make refunds miss
+	// it and be retried).
+	settleTimeout time.Duration
+	gate          *gate    // standalone and Sentinel: the one node's
+	gates         sync.Map // Cluster: master address -> *gate
+	probes        sync.WaitGroup
+	refunds       *refunder
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -129,9 +151,16 @@ func New(c Client, o Options) *Store {
 	if s.timeout <= 0 {
 		s.timeout = DefaultCallTimeout
 	}
+	s.settleTimeout = s.timeout
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
+	s.poolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	if sc, ok := c.(*goredis.Client); ok {
+		s.poolSize = sc.Options().PoolSize
+	}
+	s.gate = newGate(s.poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	s.refunds = newRefunder(c, s.log)
 	return s
 }
 
@@ -163,9 +192,17 @@ func (s *Store) Warm(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the client. Apply fails after Close.
+// closeRefundTimeout bounds how long Close waits for refunds still pending.
+const closeRefundTimeout = time.Second
+
+// Close sends the refunds still pending (waiting at most a second; those it
+// could not send are logged), then closes the client. Apply must not be
+// called after Close.
 func (s *Store) Close() error {
-	return s.c.Close()
+	s.refunds.close(closeRefundTimeout)
+	err := s.c.Close()
+	s.probes.Wait()
+	return err
 }
 
 // group is the part of one request that one script call decides: hits whose
@@ -180,13 +217,6 @@ type group struct {
 	admitted bool
 }
 
-// call is one script call: its keys and ARGV, and where its reply goes.
-type call struct {
-	keys  []string
-	args  []any
-	reply *[]any
-}
-
 // Apply implements limiter.Store: it evaluates every hit, each by its
 // Limit's algorithm, and consumes them only if the request is admitted (see
 // limiter.MarkOverLimit, which sets the Results' OverLimit). It returns one
@@ -198,16 +228,23 @@ type call struct {
 //
 // On a Cluster, counters in different slots cannot be in one script, so the
 // slots are decided one after another in ascending slot order, one round
-// trip each, stopping at the first slot that denies. Then, in one pipelined
-// round trip, the slots that admitted are refunded exactly what they consumed
-// and the remaining slots are evaluated without consuming (for their
-// Results). Between a slot's consumption and its refund (a few round trips)
-// other requests see the consumption and may be denied by it; deciding the
-// slots in one fixed order keeps that rare, since a slot only ever sees
-// requests that every earlier slot admitted. The refund runs under a fresh
-// CallTimeout even when ctx has ended, so that it is not lost; if it fails it
-// is logged, not returned, and the counters keep the consumption until their
-// windows pass.
+// trip each, stopping at the first slot that denies. Then the remaining
+// slots are evaluated without consuming (for their Results), in one
+// pipelined round trip under ctx, and the slots that admitted are refunded
+// exactly what they consumed, in the background: a refund is idempotent (a
+// marker key names it), so it is retried until Redis answers it, for up to
+// RefundHorizon, and never applied twice (see limiter.lua's mode "u").
+// Between a slot's consumption and its refund other requests see the
+// consumption and may be denied by it; deciding the slots in one fixed order
+// keeps that rare, since a slot only ever sees requests that every earlier
+// slot admitted.
+//
+// A denial that is known is the answer: when a slot has denied, a later
+// slot that cannot be read (an unreachable node, a passed deadline) does
+// not make the request an error, and when a slot fails, a later slot that
+// denies (read without consuming, if ctx leaves time) answers it. The
+// Results of the hits of a slot that could not be read say nothing: Allowed,
+// with Remaining, ResetAfter and RetryAfter zero (they did not decide).
 //
 // A quota group whose enforced hits are in more than one slot cannot be
 // decided by any one script: each slot then counts them as if they could not
@@ -217,8 +254,9 @@ type call struct {
 // one slot is decided by that slot's script, atomically.
 //
 // Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
-// or the deadline (ctx or CallTimeout) passes, and a plain error naming the
-// hit when a Limit does not Validate. After an error no Result is returned.
+// or the deadline (ctx or CallTimeout) passes, or when the call is shed (see
+// Store), and a plain error naming the hit when a Limit does not Validate.
+// After an error no Result is returned.
 func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
 	if len(hits) == 0 {
 		return []limiter.Result{}, nil
@@ -236,7 +274,7 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	}
 
 	groups, quotaSplit := s.split(hits, now)
-	admitted, err := s.decide(ctx, hits, groups)
+	admitted, err := s.decide(ctx, groups)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +285,7 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	if admitted && quotaSplit && !limiter.MarkOverLimit(hits, results) {
 		// The quota group, spread over slots that each admitted it, denies:
 		// take back what every slot consumed.
-		s.undo(ctx, groups)
+		s.settle(ctx, groups, nil, true)
 		admitted = false
 		if err := fillAll(results, groups, false); err != nil {
 			return nil, err
@@ -258,55 +296,123 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 }
 
 // decide runs the groups' "a" calls one after another, in order, and
-// reports whether all of them admitted. When one denies, it finishes the
-// request (finishDenied); when one fails, it refunds the earlier ones.
-func (s *Store) decide(ctx context.Context, hits []limiter.Hit, groups []*group) (bool, error) {
+// reports whether all of them admitted. When one denies, it settles the
+// request (refunds the earlier groups, reads the later ones) under a fresh
+// CallTimeout; when one fails, it settles it under ctx and returns the
+// failure, unless a later group denies.
+func (s *Store) decide(ctx context.Context, groups []*group) (bool, error) {
 	for j, g := range groups {
-		if err := s.run(ctx, []call{{g.keys, g.args, &g.reply}}); err != nil {
-			s.undo(ctx, groups[:j])
+		if err := s.apply(ctx, g); err != nil {
+			if s.settle(ctx, groups[:j], groups[j+1:], false) {
+				return false, nil // a known denial is the answer
+			}
 			return false, err
 		}
-		var err error
-		if g.admitted, err = parseAdmitted(g.reply); err != nil {
-			s.undo(ctx, groups[:j])
-			return false, fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
-		}
 		if !g.admitted {
-			return false, s.finishDenied(ctx, groups, j)
+			s.settle(ctx, groups[:j], groups[j+1:], true)
+			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// finishDenied handles a Cluster request that groups[j] denied: in one
-// pipeline it refunds groups[:j] and evaluates groups[j+1:] in check mode.
-func (s *Store) finishDenied(ctx context.Context, groups []*group, j int) error {
-	calls := undoCalls(groups[:j])
-	rest := groups[j+1:]
-	for _, g := range rest {
-		args := append([]any{"c"}, g.args[1:]...)
-		calls = append(calls, call{g.keys, args, &g.reply})
+// apply runs g's "a" call through its node's gate and records the reply.
+func (s *Store) apply(ctx context.Context, g *group) error {
+	gt := s.gateFor(ctx, g.keys[0])
+	start, err := gt.enter(ctx)
+	if err != nil {
+		gt.probe(ctx, &s.probes)
+		if errors.Is(err, errShed) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
 	}
-	if len(calls) == 0 {
-		return nil
+	r, err := script.Run(ctx, s.c, g.keys, g.args...).Slice()
+	gt.leave(start, err)
+	if err != nil {
+		return fmt.Errorf("%w: run limiter script on %d keys: %w", limiter.ErrStoreUnavailable, len(g.keys), err)
 	}
-	// A fresh deadline: the refund must be sent even if ctx has ended.
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	err := s.run(uctx, calls)
-	if err == nil {
-		return nil
+	if g.admitted, err = parseAdmitted(r); err != nil {
+		return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
 	}
-	for _, g := range rest {
-		if g.reply == nil {
-			return err // no Result for g: the caller gets the error
+	g.reply = r
+	return nil
+}
+
+// settle finishes a Cluster request that will not be admitted: in one
+// pipelined round trip it refunds what the groups in refund consumed and
+// reads the groups in checks without consuming (mode "c", for their
+// Results), and reports whether one of checks denies. It runs under a fresh
+// CallTimeout when fresh (a denial: the Results are the answer, and the
+// refunds should land before it), else under ctx if time is left (a
+// failure: the answer is the failure mode's, now). A refund that is not
+// answered, or that goes to a stalled node, is left to the refunder, which
+// retries it until answered; a group that is not read keeps no reply, so its
+// Results say nothing (see fillAll).
+func (s *Store) settle(ctx context.Context, refund, checks []*group, fresh bool) (denies bool) {
+	rctx := ctx
+	if fresh {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.settleTimeout)
+		defer cancel()
+	}
+	live := func(g *group) bool { return rctx.Err() == nil && !s.gateFor(rctx, g.keys[0]).stalled.Load() }
+	var calls []call
+	for _, g := range refund {
+		if u, ok := s.undoCall(g); !ok {
+			continue
+		} else if live(g) {
+			calls = append(calls, u)
+		} else {
+			s.refunds.add(ctx, u)
 		}
 	}
-	// Every Result is known; only a refund failed, which the caller cannot act on.
-	if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot denial failed"); ce != nil {
-		ce.Write(zap.Int("slots", j), zap.Error(err))
+	nu := len(calls)
+	var read []*group
+	for _, g := range checks {
+		if live(g) {
+			calls = append(calls, call{g.keys, append([]any{"c"}, g.args[1:]...)})
+			read = append(read, g)
+		}
 	}
-	return nil
+	cmds := runScripts(rctx, s.c, calls)
+	for i, cmd := range cmds[:nu] {
+		// The reply is the count of counters changed (-1: already done).
+		if _, err := cmd.Int64(); err != nil {
+			s.refunds.retried.Add(1)
+			s.refunds.add(ctx, calls[i])
+		}
+	}
+	for i, g := range read {
+		r, err := cmds[nu+i].Slice()
+		if err != nil {
+			continue
+		}
+		if admitted, err := parseAdmitted(r); err == nil {
+			g.reply = r
+			denies = denies || !admitted
+		}
+	}
+	return denies
+}
+
+// gateFor returns the gate of the node that serves key: the one node's on a
+// standalone or Sentinel Redis, the slot's master's on a Cluster.
+func (s *Store) gateFor(ctx context.Context, key string) *gate {
+	cc, ok := s.c.(*goredis.ClusterClient)
+	if !ok {
+		return s.gate
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return s.gate // the call fails on its own
+	}
+	addr := node.Options().Addr
+	if g, ok := s.gates.Load(addr); ok {
+		return g.(*gate)
+	}
+	g, _ := s.gates.LoadOrStore(addr, newGate(node.Options().PoolSize, func(ctx context.Context) error { return node.Ping(ctx).Err() }))
+	return g.(*gate)
 }
 
 // split builds one group per slot (one group in all on a standalone Redis),
@@ -423,74 +529,49 @@ func firstOfKey(keys []string, first []int) []int {
 	return first
 }
 
-// run sends the calls and stores each reply. One call is one Script.Run
-// (EVALSHA, then EVAL on NOSCRIPT); several share a pipeline, which a
-// ClusterClient splits per node, and a NOSCRIPT answer is retried with
-// Script.Run. It returns the first error, wrapped.
-func (s *Store) run(ctx context.Context, calls []call) error {
-	if len(calls) == 1 {
-		c := calls[0]
-		r, err := script.Run(ctx, s.c, c.keys, c.args...).Slice()
-		if err != nil {
-			return fmt.Errorf("%w: run limiter script on %d keys: %w", limiter.ErrStoreUnavailable, len(c.keys), err)
-		}
-		*c.reply = r
-		return nil
+// undoCall returns the "u" call that takes back what g's "a" call
+// consumed, under a marker of its own, and false when there is nothing to
+// take back (g did not admit, or its tokens say it changed nothing).
+func (s *Store) undoCall(g *group) (call, bool) {
+	if !g.admitted || g.reply == nil {
+		return call{}, false
 	}
-	pipe := s.c.Pipeline()
+	args := undoArgs(g)
+	if args == nil {
+		return call{}, false
+	}
+	return call{append(slices.Clip(g.keys), g.keys[0]+":u:"+s.refunds.ids.next()), args}, true
+}
+
+// call is one script call: its KEYS and ARGV.
+type call struct {
+	keys []string
+	args []any
+}
+
+// runScripts sends calls under ctx, in one pipeline when there are several
+// (a ClusterClient splits it per node), and returns each one's Cmd. A
+// NOSCRIPT answer is retried with Script.Run (EVAL).
+func runScripts(ctx context.Context, c Client, calls []call) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, script.Hash(), c.keys, c.args...)
+	switch len(calls) {
+	case 0:
+		return cmds
+	case 1:
+		cmds[0] = script.Run(ctx, c, calls[0].keys, calls[0].args...)
+		return cmds
 	}
-	_, _ = pipe.Exec(ctx) // errors are per command, below
-	var first error
-	for i, c := range calls {
-		r, err := cmds[i].Slice()
-		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			r, err = script.Run(ctx, s.c, c.keys, c.args...).Slice()
-		}
-		if err != nil {
-			if first == nil {
-				first = fmt.Errorf("%w: run limiter script on %d keys (%d calls): %w",
-					limiter.ErrStoreUnavailable, len(c.keys), len(calls), err)
-			}
-			continue
-		}
-		*c.reply = r
+	pipe := c.Pipeline()
+	for i, cl := range calls {
+		cmds[i] = pipe.EvalSha(ctx, script.Hash(), cl.keys, cl.args...)
 	}
-	return first
-}
-
-// undo refunds what groups (which all admitted) consumed, under a fresh
-// deadline; a failure is logged.
-func (s *Store) undo(ctx context.Context, groups []*group) {
-	calls := undoCalls(groups)
-	if len(calls) == 0 {
-		return
-	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	if err := s.run(uctx, calls); err != nil {
-		if ce := s.log.Check(zap.WarnLevel, "refund after cross-slot failure failed"); ce != nil {
-			ce.Write(zap.Int("slots", len(groups)), zap.Error(err))
+	_, _ = pipe.Exec(ctx) // errors are per command
+	for i, cl := range calls {
+		if goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			cmds[i] = script.Run(ctx, c, cl.keys, cl.args...)
 		}
 	}
-}
-
-// undoCalls returns the "u" calls that take back what the admitting groups
-// consumed; groups that consumed nothing need none.
-func undoCalls(groups []*group) []call {
-	var calls []call
-	for _, g := range groups {
-		if !g.admitted || g.reply == nil {
-			continue
-		}
-		if a := undoArgs(g); a != nil {
-			var discard []any
-			calls = append(calls, call{g.keys, a, &discard})
-		}
-	}
-	return calls
+	return cmds
 }
 
 // undoArgs returns the "u" ARGV taking back what g's "a" call consumed, or
@@ -502,8 +583,8 @@ func undoArgs(g *group) []any {
 		return nil
 	}
 	tokens := g.reply[replyHead+replyHit*nh:]
-	args := make([]any, 0, argsHead+argsPerUndoKey*nk)
-	args = append(args, "u", g.args[1])
+	args := make([]any, 0, argsUndoHead+argsPerUndoKey*nk)
+	args = append(args, "u", g.args[1], RefundMarkerTTL.Milliseconds())
 	changed := false
 	for k := range nk {
 		u1, ok1 := tokens[replyKey*k].(int64)
@@ -532,9 +613,17 @@ func parseAdmitted(r []any) (bool, error) {
 	return a == 1, nil
 }
 
-// fillAll fills the Results of every group, as fill does.
+// fillAll fills the Results of every group, as fill does. The Results of a
+// group without a reply (a denied Cluster request's slot that could not be
+// read) say nothing: Allowed, the rest zero.
 func fillAll(results []limiter.Result, groups []*group, admitted bool) error {
 	for _, g := range groups {
+		if g.reply == nil {
+			for _, i := range g.hits {
+				results[i] = limiter.Result{Allowed: true}
+			}
+			continue
+		}
 		if err := fill(results, g, admitted); err != nil {
 			return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
 		}

@@ -59,7 +59,7 @@ func TestConcurrentStores(t *testing.T) {
 	prefix := redistest.Prefix(t.Name())
 	var stores []*Store
 	for range 4 {
-		stores = append(stores, New(newClient(t, addr), Options{Prefix: prefix, CallTimeout: 5 * time.Second}))
+		stores = append(stores, New(newClient(t, addr), Options{Prefix: prefix, CallTimeout: loadTimeout}))
 	}
 	t.Cleanup(func() { deletePrefix(t, newClient(t, addr), prefix) })
 	if got := race(t, stores, 400, []limiter.Hit{perMinute("k", 100)}); got != 100 {
@@ -114,7 +114,7 @@ func TestClusterConcurrentCrossSlot(t *testing.T) {
 	hits := []limiter.Hit{perMinute(keys[0], 200), perMinute(keys[1], 100), perMinute(keys[2], 150)}
 	var stores []*Store
 	for range 4 {
-		stores = append(stores, New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: 5 * time.Second}))
+		stores = append(stores, New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: loadTimeout}))
 	}
 	if groups, _ := stores[0].split(hits, ""); len(groups) != 3 {
 		t.Fatalf("keys %q are in %d slots, want 3", keys, len(groups))

@@ -13,16 +13,18 @@ import (
 // TestUndo drives the script's "u" mode directly: it takes back exactly the
 // delta an "a" call reported, from cur in the same window, from prev one
 // window later, not at all after that, and recreates (with a TTL) a counter
-// that a refund had deleted.
+// that a refund had deleted. Run again with the same marker (a retry whose
+// first reply was lost), it changes nothing and answers -1; the marker
+// expires after the TTL given.
 func TestUndo(t *testing.T) {
 	t.Parallel()
 	s, c := newTestStore(t, Options{})
 	ctx := context.Background()
 	const w = 60_000
 	t0 := int64(1_800_000_000_000) // a window start
-	run := func(now int64, key string, args ...any) any {
+	run := func(now int64, keys []string, args ...any) any {
 		t.Helper()
-		r, err := script.Run(ctx, c, []string{key}, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
+		r, err := script.Run(ctx, c, keys, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +36,7 @@ func TestUndo(t *testing.T) {
 		if refund {
 			flags = 1
 		}
-		r := run(now, key, "a", int(limiter.SlidingWindow), w, 1, 1, 100, 0, n, flags).([]any)
+		r := run(now, []string{key}, "a", int(limiter.SlidingWindow), w, 1, 1, 100, 0, n, flags).([]any)
 		return r[len(r)-2].(int64), r[len(r)-1].(int64)
 	}
 	state := func(key string) limiter.State {
@@ -65,9 +67,22 @@ func TestUndo(t *testing.T) {
 				// Roll the stored counter as a later request would.
 				apply(t0+tc.undoAt, key, 0, false)
 			}
-			run(t0+tc.undoAt, key, "u", int(limiter.SlidingWindow), w, 1, idx, delta)
+			marker := key + ":u:test"
+			undo := func() any {
+				return run(t0+tc.undoAt, []string{key, marker}, "u", RefundMarkerTTL.Milliseconds(), int(limiter.SlidingWindow), w, 1, idx, delta)
+			}
+			first := undo()
 			if got := state(key); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("after undo: %+v, want %+v", got, tc.want)
+			}
+			if again := undo(); again != int64(-1) || first == int64(-1) {
+				t.Errorf("undo = %v, then again with its marker %v, want a count, then -1", first, again)
+			}
+			if got := state(key); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("after the undo was retried: %+v, want %+v (unchanged)", got, tc.want)
+			}
+			if ttl := c.PTTL(ctx, marker).Val(); ttl <= 0 || ttl > RefundMarkerTTL {
+				t.Errorf("PTTL of the marker = %v, want in (0, %v]", ttl, RefundMarkerTTL)
 			}
 			ttl := c.PTTL(ctx, key).Val()
 			if tc.wantTTL && (ttl <= 0 || ttl > 2*w*time.Millisecond) {

@@ -27,7 +27,9 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// binary is the sluice binary built once for the whole run.
+// binary is the sluice binary built once for the whole run, or
+// $SLUICE_TEST_BINARY when set (to run the same tests against another build,
+// for example an earlier commit's, when comparing figures).
 var binary string
 
 func TestMain(m *testing.M) {
@@ -36,12 +38,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/server")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building sluice failed (run 'go build ./cmd/server' to see why): %v\n%s", err, out)
-		os.Exit(1)
+	binary = os.Getenv("SLUICE_TEST_BINARY")
+	if binary == "" {
+		binary = filepath.Join(dir, "sluice")
+		build := exec.Command("go", "build", "-o", binary, "./cmd/server")
+		build.Dir = "../.."
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building sluice failed (run 'go build ./cmd/server' to see why): %v\n%s", err, out)
+			os.Exit(1)
+		}
 	}
 	code := redistest.Main(m)
 	os.RemoveAll(dir)

@@ -1,0 +1,220 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// evalshaCalls returns how many EVALSHA commands the Redis at addr has run
+// (INFO commandstats): the scripts that reached it.
+func evalshaCalls(t *testing.T, addr string) int {
+	t.Helper()
+	r, err := redistest.Do(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(r.(string), "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// TestShedBeforeRedis is the regression test of issue 12 item 6 in the
+// Store: with a pool of 2 connections and Redis paused (SIGSTOP), of 10
+// concurrent decisions 2 go to Redis (and time out), the other 8 are
+// answered without being sent; once the node is known stalled, a decision
+// is answered at once (errShed), sent nowhere. After Redis resumes, at most
+// the 2 scripts sent have run late (INFO commandstats), and decisions
+// resume.
+func TestShedBeforeRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	s := New(c, Options{Prefix: redistest.Prefix(t.Name()), CallTimeout: 300 * time.Millisecond})
+	hit := []limiter.Hit{perMinute("k", 1000)}
+	ctx := context.Background()
+	if _, err := s.Apply(ctx, hit); err != nil {
+		t.Fatal(err)
+	}
+	before := evalshaCalls(t, srv.Addr())
+
+	srv.Pause(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = s.Apply(ctx, hit) })
+	}
+	wg.Wait()
+	var shed int
+	for _, err := range errs {
+		if !errors.Is(err, limiter.ErrStoreUnavailable) {
+			t.Errorf("Apply with Redis paused = %v, want ErrStoreUnavailable", err)
+		}
+		if errors.Is(err, errShed) {
+			shed++
+		}
+	}
+	if shed != 8 {
+		t.Errorf("%d of 10 decisions not sent with 2 connections hung, want 8: %v", shed, errs)
+	}
+	start := time.Now()
+	if _, err := s.Apply(ctx, hit); !errors.Is(err, errShed) || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("Apply on a stalled node = %v after %v, want errShed at once", err, time.Since(start))
+	}
+	srv.Resume(t)
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := s.Apply(ctx, hit)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions did not resume within 5 s of Redis resuming: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Scripts run in Redis from the pause on: those sent while it was
+	// paused, at most 2 (the calls in flight; one that had to dial a new
+	// connection waited for its handshake and sent nothing), then the one
+	// that succeeded above.
+	if got := evalshaCalls(t, srv.Addr()) - before; got < 1 || got > 3 {
+		t.Errorf("Redis ran %d scripts from the pause on, want at most 2 sent while paused, then 1", got)
+	}
+}
+
+// TestGateEstimate: the round trip estimate starts at minRoundTrip and
+// moves an eighth of the way to each measure; a call waiting for a slot is
+// shed when its deadline leaves less than a round trip, and at once when
+// the wait would pass twice its budget.
+func TestGateEstimate(t *testing.T) {
+	g := newGate(2, func(context.Context) error { return nil })
+	if got := g.roundTrip(); got != minRoundTrip {
+		t.Errorf("roundTrip() = %v before any reply, want %v", got, minRoundTrip)
+	}
+	g.measured(8*time.Millisecond + 7*minRoundTrip/8*8/7) // moves an eighth of the way
+	want := minRoundTrip + (8*time.Millisecond+minRoundTrip-minRoundTrip)/8
+	if got := g.roundTrip(); got != want {
+		t.Errorf("roundTrip() = %v after one 8.1 ms reply, want %v", got, want)
+	}
+
+	// Both slots busy, a 10 ms round trip, a deadline 300 ms away: enter
+	// waits until the deadline leaves less than a round trip, then sheds;
+	// the call is never sent.
+	g.rtt.Store(int64(10 * time.Millisecond))
+	g.slots <- struct{}{}
+	g.slots <- struct{}{}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) < 250*time.Millisecond {
+		t.Errorf("enter behind 2 busy slots = %v after %v, want errShed when the deadline leaves less than a round trip (290 ms)", err, time.Since(start))
+	}
+	// A 1 s round trip and a deadline 1.2 s away: waiting a round trip for
+	// a slot would pass twice the 0.2 s budget, so enter sheds at once.
+	g.rtt.Store(int64(time.Second))
+	ctx, cancel = context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("enter with no hope of a slot in time = %v after %v, want errShed at once", err, time.Since(start))
+	}
+}
+
+// TestRefundWarnings is the regression test of issue 12 item 5: every
+// successful Cluster refund logged "refund failed" (its integer reply was
+// read as a list). Refunds that succeed log nothing; refunds that fail are
+// retried and logged at most once per interval, with the count of failed
+// attempts, and one past RefundHorizon is dropped and counted.
+func TestRefundWarnings(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
+	addrs := redistest.Cluster(t)
+	admin := newClusterClient(t, addrs)
+	prefix := redistest.Prefix(t.Name())
+	t.Cleanup(func() { deletePrefix(t, admin, prefix) })
+	s := New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: testTimeout, Logger: zap.New(core)})
+	req := refundRequest(s, clusterKeys(t, admin, 3, time.Hour), 1)
+	var denied int
+	for range 100 {
+		res, err := s.Apply(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[2].OverLimit {
+			denied++
+		}
+	}
+	if denied != 70 || logs.Len() != 0 {
+		t.Errorf("%d denied requests refunded (want 70) logged %d warnings, want none: %v", denied, logs.Len(), logs.All())
+	}
+
+	// A refunder on a port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	r := newRefunder(newClient(t, dead), zap.New(core))
+	defer r.close(0)
+	for i := range 50 {
+		r.add(context.Background(), call{[]string{"k", "k:u:" + fmt.Sprint(i)}, []any{"u", "", 60000}})
+	}
+	deadlineFor(t, 5*time.Second, func() bool { return r.retried.Load() >= 100 }, "50 refunds tried twice")
+	if n := logs.FilterMessageSnippet("refund").Len(); n != 1 {
+		t.Errorf("50 refunds failing again and again logged %d warnings, want 1 (at most one per %v)", n, refundLogInterval)
+	}
+	// Refunds queued long ago fail once more and are dropped. (Each is
+	// aged while queued, not while in flight, where send reads it.)
+	r.lastLog.Store(0) // let the next warning through
+	deadlineFor(t, 10*time.Second, func() bool {
+		r.mu.Lock()
+		for _, u := range r.queue {
+			u.first = time.Now().Add(-2 * RefundHorizon)
+		}
+		r.mu.Unlock()
+		return r.pending() == 0
+	}, "refunds past the horizon dropped")
+	// Every drop is counted: in a warning, or in the count for the next.
+	dropped := r.dropped.Load()
+	for _, e := range logs.FilterMessageSnippet("refund").All() {
+		dropped += e.ContextMap()["dropped"].(int64)
+	}
+	if dropped != 50 {
+		t.Errorf("50 refunds dropped past the horizon, %d counted (warnings and pending count)", dropped)
+	}
+}
+
+// deadlineFor waits until cond holds, failing t with what after d.
+func deadlineFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
