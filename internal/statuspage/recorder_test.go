@@ -7,10 +7,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
@@ -30,15 +30,6 @@ descriptors:
   - key: card
     rate_limit: {name: per_card, unit: hour, requests_per_unit: 3}
 `
-
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 func loadConfig(t testing.TB) *descriptors.Config {
 	t.Helper()
@@ -87,7 +78,7 @@ func find(t *testing.T, v view, rule string) ruleView {
 // hits, with their over-limit hits.
 func TestRatesSharesAndTopValues(t *testing.T) {
 	cfg := loadConfig(t)
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	r := NewRecorder(Options{Now: clk.Now, TopValues: 2})
 	for s := range 10 {
 		for i := range 20 {
@@ -103,7 +94,7 @@ func TestRatesSharesAndTopValues(t *testing.T) {
 			observe(t, r, cfg, 1, allowed, remaining, "api_key", key)
 		}
 		_ = s
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 	}
 	v := r.view(context.Background(), Sources{Config: func() *descriptors.Config { return cfg }})
 	got := find(t, v, "per_api_key")
@@ -145,19 +136,19 @@ func TestRatesSharesAndTopValues(t *testing.T) {
 // TestTopValuesAgeOut: the top values are those of the last 30 to 60 s.
 func TestTopValuesAgeOut(t *testing.T) {
 	cfg := loadConfig(t)
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	r := NewRecorder(Options{Now: clk.Now})
 	observe(t, r, cfg, 1, true, 1, "api_key", "old")
-	clk.Add(35 * time.Second)
+	clk.Advance(35 * time.Second)
 	observe(t, r, cfg, 1, true, 1, "api_key", "new")
 	if top := find(t, r.view(context.Background(), Sources{}), "per_api_key").Top; len(top) != 2 {
 		t.Errorf("after 35 s: top = %+v, want old and new", top)
 	}
-	clk.Add(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	if top := find(t, r.view(context.Background(), Sources{}), "per_api_key").Top; len(top) != 1 || top[0].Value != "api_key=new" {
 		t.Errorf("after 65 s: top = %+v, want only new", top)
 	}
-	clk.Add(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	if top := find(t, r.view(context.Background(), Sources{}), "per_api_key").Top; len(top) != 0 {
 		t.Errorf("after 2 idle minutes: top = %+v, want none", top)
 	}
@@ -177,12 +168,12 @@ func TestSensitiveAndOff(t *testing.T) {
 		{"off", Options{TopValues: -1}, map[string]bool{"per_card": false, "per_api_key": false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+			clk := testclock.New(time.Unix(1_800_000_000, 0))
 			tc.opts.Now = clk.Now
 			r := NewRecorder(tc.opts)
 			observe(t, r, cfg, 1, true, 1, "card", "4111111111111111")
 			observe(t, r, cfg, 1, true, 1, "api_key", "k")
-			clk.Add(time.Second)
+			clk.Advance(time.Second)
 			v := r.view(context.Background(), Sources{})
 			for rule, recorded := range tc.want {
 				got := find(t, v, rule)
@@ -226,7 +217,7 @@ func TestLongValuesShortened(t *testing.T) {
 // exceeds total/size is never evicted: the space-saving guarantee).
 func TestMemoryBoundUnderMillionValues(t *testing.T) {
 	cfg := loadConfig(t)
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	r := NewRecorder(Options{Now: clk.Now})
 	dom := cfg.Domain("edge")
 	rule := cfg.Match("edge", []descriptors.Entry{{Key: "api_key", Value: "x"}})
@@ -297,7 +288,7 @@ func (f failingStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.
 // TestStoreCallsAndLatency: the store decorator counts calls and errors per
 // second and estimates latency quantiles from its buckets.
 func TestStoreCallsAndLatency(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	r := NewRecorder(Options{Now: clk.Now})
 	s := r.WrapStore(failingStore{})
 	bad := r.WrapStore(failingStore{errors.New("dial tcp: connection refused")})
@@ -306,7 +297,7 @@ func TestStoreCallsAndLatency(t *testing.T) {
 			s.Apply(context.Background(), nil)
 		}
 		bad.Apply(context.Background(), nil)
-		clk.Add(time.Second)
+		clk.Advance(time.Second)
 	}
 	v := r.view(context.Background(), Sources{StoreKind: "redis", Health: func(context.Context) string { return "store unreachable: refused" }})
 	st := v.Store

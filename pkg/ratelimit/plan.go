@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -13,7 +15,7 @@ import (
 // the hits (sc.hits).
 func plan(d *Decision, req *Request, sc *scratch, overdrawDefault bool) []limiter.Hit {
 	hits := sc.hits[:0]
-	sc.idx = grow(sc.idx, len(d.Statuses))
+	sc.idx = slices.Grow(sc.idx[:0], len(d.Statuses))[:len(d.Statuses)]
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		sc.idx[i] = -1

@@ -188,13 +188,3 @@ func (s *Service) failed(domain string, err error) error {
 	}
 	return err
 }
-
-// grow returns s resized to n, reusing its array when it is large enough.
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
-	clear(s)
-	return s
-}
