@@ -452,8 +452,8 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 		}
 		k := seen{l.Window(), l.Algorithm}
 		if j, dup := first[k]; dup && l.Unit != UnitUnknown {
-			b.errorAt(rl.Pos, ipath, "a second limit with window %v and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
-				l.Window(), l.Algorithm, j)
+			b.errorAt(rl.Pos, ipath, "a second limit with window %s and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
+				windowName(l), l.Algorithm, j)
 			continue
 		}
 		first[k] = i
@@ -462,15 +462,26 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 	return limits
 }
 
-// windowName names a limit's window in a limit's default name: "1s",
-// "5m0s", "24h0m0s".
-func windowName(l *Limit) string { return l.Window().String() }
+// windowName names a limit's window in a limit's default name and in
+// errors: Go's duration text without its zero minutes and seconds ("1s",
+// "5m", "1h30m", "24h", "168h" for a week, "1h0m30s" for 3630 seconds).
+// Every window is whole seconds, so there is never a fraction.
+func windowName(l *Limit) string {
+	s := l.Window().String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // LimitName is the name responses and metrics give l, one of r's Limits, in
 // domain: l's name, else the rule's FullKey without the domain, followed
 // for a rule with several limits by "/" and l's window ("api.user/1s"), and
 // by "/" and its algorithm when another of the rule's limits has the same
-// window ("api.user/1m0s/token_bucket"). It is stable across reloads.
+// window ("api.user/1m/token_bucket"). It is stable across reloads.
 func (r *Rule) LimitName(domain string, l *Limit) string {
 	if l.Name != "" {
 		return l.Name

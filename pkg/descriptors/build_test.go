@@ -280,3 +280,57 @@ descriptors:
 		t.Errorf("a single limit's name = %q, want the rule's", got)
 	}
 }
+
+// TestLimitNames: a limit of rate_limits without a name is called
+// "<rule>/<window>", the window in Go's duration text without its zero
+// minutes and seconds, followed by "/<algorithm>" when another limit of the
+// rule has the same window. These names are in the RateLimit headers and
+// the metrics' rule label, so they must not change from one release to the
+// next.
+func TestLimitNames(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "names.yaml", Data: []byte(`
+domain: d
+descriptors:
+  - key: api
+    descriptors:
+      - key: user
+        rate_limits:
+          - {unit: second, requests_per_unit: 10}
+          - {unit: minute, requests_per_unit: 100}
+          - {unit: minute, requests_per_unit: 100, algorithm: token_bucket}
+          - {unit: hour, requests_per_unit: 1000}
+          - {unit: day, requests_per_unit: 10000}
+  - key: odd
+    rate_limits:
+      - {unit: second, unit_multiplier: 90, requests_per_unit: 1}
+      - {unit: minute, unit_multiplier: 90, requests_per_unit: 1}
+      - {unit: second, unit_multiplier: 3630, requests_per_unit: 1}
+      - {unit: second, unit_multiplier: 7200, requests_per_unit: 1}
+      - {unit: week, requests_per_unit: 1}
+      - {unit: month, requests_per_unit: 1}
+      - {unit: year, unit_multiplier: 10, requests_per_unit: 1}
+      - {unit: minute, unit_multiplier: 5, requests_per_unit: 1, name: five_minutes}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		entries []descriptors.Entry
+		want    []string
+	}{
+		{entries("api", "a", "user", "u"), []string{"api.user/1s", "api.user/1m/sliding_window", "api.user/1m/token_bucket", "api.user/1h", "api.user/24h"}},
+		{entries("odd", "o"), []string{"odd/1m30s", "odd/1h30m", "odd/1h0m30s", "odd/2h", "odd/168h", "odd/720h", "odd/87600h", "five_minutes"}},
+	} {
+		r := cfg.Match("d", tc.entries)
+		if r == nil {
+			t.Fatalf("Match(%v) = nil", tc.entries)
+		}
+		var got []string
+		for _, l := range r.Limits {
+			got = append(got, r.LimitName("d", l))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("LimitName of %s's limits = %q, want %q", r.FullKey, got, tc.want)
+		}
+	}
+}
