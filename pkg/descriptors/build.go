@@ -424,7 +424,8 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 }
 
 // rateLimitList builds rate_limits at path: each item a limit of its own
-// (unlimited is not one), no two with the same window and algorithm.
+// (unlimited is not one), no two with the same window and algorithm, nor
+// with the same name.
 func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit {
 	if len(f.Value) == 0 {
 		b.errorAt(f.Pos, path, "empty rate_limits (want at least one limit, or remove it)")
@@ -435,6 +436,7 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 		alg    limiter.Algorithm
 	}
 	first := make(map[seen]int)
+	named := make(map[string]int)
 	var limits []*Limit
 	for i, rl := range f.Value {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
@@ -457,6 +459,12 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 			continue
 		}
 		first[k] = i
+		if j, dup := named[l.Name]; dup && l.Name != "" {
+			b.errorAt(rl.Name.Pos, ipath+".name", "name %s is rate_limits[%d]'s too (the RateLimit headers and metrics tell the limits apart by name; rename one, or remove both names)",
+				quote(l.Name), j)
+			continue
+		}
+		named[l.Name] = i
 		limits = append(limits, l)
 	}
 	return limits

@@ -281,6 +281,47 @@ descriptors:
 	}
 }
 
+// TestRateLimitsAccepted: what the checks across rate_limits refuse (the
+// golden rate_limits_names) leaves these alone: limits without names,
+// distinct names, the same name on two rules.
+func TestRateLimitsAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       int // limits of rule "k"
+	}{
+		{"no names", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 1000}`, 2},
+		{"distinct names", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: burst}
+      - {unit: hour, requests_per_unit: 1000, name: sustained}
+      - {unit: day, requests_per_unit: 9000}`, 3},
+		{"one name on two rules", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: shared}
+      - {unit: hour, requests_per_unit: 1000}
+  - key: other
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: shared}
+      - {unit: hour, requests_per_unit: 1000}`, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := descriptors.Parse(descriptors.Source{Name: "accepted.yaml", Data: []byte("domain: d\ndescriptors:" + tc.yaml + "\n")})
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if r := c.Match("d", entries("k", "v")); r == nil || len(r.Limits) != tc.want {
+				t.Errorf("Match(k) = %+v, want %d limits", r, tc.want)
+			}
+		})
+	}
+}
+
 // TestLimitNames: a limit of rate_limits without a name is called
 // "<rule>/<window>", the window in Go's duration text without its zero
 // minutes and seconds, followed by "/<algorithm>" when another limit of the
