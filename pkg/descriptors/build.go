@@ -425,7 +425,8 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 
 // rateLimitList builds rate_limits at path: each item a limit of its own
 // (unlimited is not one), no two with the same window and algorithm, nor
-// with the same name.
+// with the same name, and a concurrency limit only beside other
+// concurrency limits (see listMix).
 func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit {
 	if len(f.Value) == 0 {
 		b.errorAt(f.Pos, path, "empty rate_limits (want at least one limit, or remove it)")
@@ -438,6 +439,7 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 	first := make(map[seen]int)
 	named := make(map[string]int)
 	var limits []*Limit
+	var at []int // at[k] is the index in f.Value of limits[k]
 	for i, rl := range f.Value {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
 		if rl == nil {
@@ -466,8 +468,48 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 		}
 		named[l.Name] = i
 		limits = append(limits, l)
+		at = append(at, i)
 	}
+	b.listMix(f.Value, limits, at, path)
 	return limits
+}
+
+// listMix refuses a concurrency limit in rate_limits beside a limit of
+// another algorithm: Envoy's release (is_negative_hits) gives its hits back
+// to every limit of the descriptor, so the other limit would count requests
+// in flight, not requests. limits[k] is built from nodes[at[k]].
+func (b *builder) listMix(nodes []*RateLimitNode, limits []*Limit, at []int, path string) {
+	other := -1
+	for k, l := range limits {
+		if l.Algorithm != limiter.Concurrency && algorithmKnown(nodes[at[k]]) {
+			other = k
+			break
+		}
+	}
+	if other < 0 {
+		return
+	}
+	for k, l := range limits {
+		if l.Algorithm != limiter.Concurrency {
+			continue
+		}
+		i := at[k]
+		ipath := fmt.Sprintf("%s[%d].algorithm", path, i)
+		b.errorAt(nodes[i].Algorithm.Pos, ipath, "concurrency beside %s (rate_limits[%d]): the release when a stream ends (is_negative_hits) gives its hits back to every limit of the descriptor, so rate_limits[%d] would count requests in flight; put the concurrency limit on a descriptor of its own",
+			limits[other].Algorithm, at[other], at[other])
+	}
+}
+
+// algorithmKnown reports whether rl's algorithm is absent (the default) or
+// one ParseAlgorithm knows. A Limit whose algorithm is unknown holds the
+// default instead, which the checks across rate_limits must not take for
+// what the user wrote (the unknown algorithm is reported already).
+func algorithmKnown(rl *RateLimitNode) bool {
+	if rl.Algorithm.State != FieldSet {
+		return rl.Algorithm.State == FieldAbsent
+	}
+	_, ok := limiter.ParseAlgorithm(rl.Algorithm.Value)
+	return ok
 }
 
 // windowName names a limit's window in a limit's default name and in

@@ -282,8 +282,9 @@ descriptors:
 }
 
 // TestRateLimitsAccepted: what the checks across rate_limits refuse (the
-// golden rate_limits_names) leaves these alone: limits without names,
-// distinct names, the same name on two rules.
+// goldens rate_limits_names and rate_limits_concurrency) leaves these
+// alone: limits without names, distinct names, the same name on two rules,
+// and concurrency limits only beside each other.
 func TestRateLimitsAccepted(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string
@@ -309,6 +310,18 @@ func TestRateLimitsAccepted(t *testing.T) {
     rate_limits:
       - {unit: second, requests_per_unit: 10, name: shared}
       - {unit: hour, requests_per_unit: 1000}`, 2},
+		{"concurrency beside concurrency", `
+  - key: k
+    rate_limits:
+      - {unit: minute, requests_per_unit: 5, algorithm: concurrency}
+      - {unit: hour, requests_per_unit: 50, algorithm: concurrency}`, 2},
+		{"concurrency on a sibling descriptor", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 1000, algorithm: token_bucket}
+  - key: streams
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: concurrency}`, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := descriptors.Parse(descriptors.Source{Name: "accepted.yaml", Data: []byte("domain: d\ndescriptors:" + tc.yaml + "\n")})
