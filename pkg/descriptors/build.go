@@ -454,13 +454,14 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 		if l == nil {
 			continue
 		}
-		k := seen{l.Window(), l.Algorithm}
-		if j, dup := first[k]; dup && l.Unit != UnitUnknown {
-			b.errorAt(rl.Pos, ipath, "a second limit with window %s and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
-				windowName(l), l.Algorithm, j)
-			continue
+		if k := (seen{l.Window(), l.Algorithm}); l.Unit != UnitUnknown && algorithmKnown(rl) {
+			if j, dup := first[k]; dup {
+				b.errorAt(rl.Pos, ipath, "a second limit with window %s and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
+					windowName(l), l.Algorithm, j)
+				continue
+			}
+			first[k] = i
 		}
-		first[k] = i
 		if j, dup := named[l.Name]; dup && l.Name != "" {
 			b.errorAt(rl.Name.Pos, ipath+".name", "name %s is rate_limits[%d]'s too (the RateLimit headers and metrics tell the limits apart by name; rename one, or remove both names)",
 				quote(l.Name), j)
