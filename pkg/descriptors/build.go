@@ -424,7 +424,9 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 }
 
 // rateLimitList builds rate_limits at path: each item a limit of its own
-// (unlimited is not one), no two with the same window and algorithm.
+// (unlimited is not one), no two with the same window and algorithm, nor
+// with the same name, and a concurrency limit only beside other
+// concurrency limits (see listMix).
 func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit {
 	if len(f.Value) == 0 {
 		b.errorAt(f.Pos, path, "empty rate_limits (want at least one limit, or remove it)")
@@ -435,7 +437,9 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 		alg    limiter.Algorithm
 	}
 	first := make(map[seen]int)
+	named := make(map[string]int)
 	var limits []*Limit
+	var at []int // at[k] is the index in f.Value of limits[k]
 	for i, rl := range f.Value {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
 		if rl == nil {
@@ -450,27 +454,85 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 		if l == nil {
 			continue
 		}
-		k := seen{l.Window(), l.Algorithm}
-		if j, dup := first[k]; dup && l.Unit != UnitUnknown {
-			b.errorAt(rl.Pos, ipath, "a second limit with window %v and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
-				l.Window(), l.Algorithm, j)
+		if k := (seen{l.Window(), l.Algorithm}); l.Unit != UnitUnknown && algorithmKnown(rl) {
+			if j, dup := first[k]; dup {
+				b.errorAt(rl.Pos, ipath, "a second limit with window %s and algorithm %s (rate_limits[%d] has them; one counter each, so combine them)",
+					windowName(l), l.Algorithm, j)
+				continue
+			}
+			first[k] = i
+		}
+		if j, dup := named[l.Name]; dup && l.Name != "" {
+			b.errorAt(rl.Name.Pos, ipath+".name", "name %s is rate_limits[%d]'s too (the RateLimit headers and metrics tell the limits apart by name; rename one, or remove both names)",
+				quote(l.Name), j)
 			continue
 		}
-		first[k] = i
+		named[l.Name] = i
 		limits = append(limits, l)
+		at = append(at, i)
 	}
+	b.listMix(f.Value, limits, at, path)
 	return limits
 }
 
-// windowName names a limit's window in a limit's default name: "1s",
-// "5m0s", "24h0m0s".
-func windowName(l *Limit) string { return l.Window().String() }
+// listMix refuses a concurrency limit in rate_limits beside a limit of
+// another algorithm: Envoy's release (is_negative_hits) gives its hits back
+// to every limit of the descriptor, so the other limit would count requests
+// in flight, not requests. limits[k] is built from nodes[at[k]].
+func (b *builder) listMix(nodes []*RateLimitNode, limits []*Limit, at []int, path string) {
+	other := -1
+	for k, l := range limits {
+		if l.Algorithm != limiter.Concurrency && algorithmKnown(nodes[at[k]]) {
+			other = k
+			break
+		}
+	}
+	if other < 0 {
+		return
+	}
+	for k, l := range limits {
+		if l.Algorithm != limiter.Concurrency {
+			continue
+		}
+		i := at[k]
+		ipath := fmt.Sprintf("%s[%d].algorithm", path, i)
+		b.errorAt(nodes[i].Algorithm.Pos, ipath, "concurrency beside %s (rate_limits[%d]): the release when a stream ends (is_negative_hits) gives its hits back to every limit of the descriptor, so rate_limits[%d] would count requests in flight; put the concurrency limit on a descriptor of its own",
+			limits[other].Algorithm, at[other], at[other])
+	}
+}
+
+// algorithmKnown reports whether rl's algorithm is absent (the default) or
+// one ParseAlgorithm knows. A Limit whose algorithm is unknown holds the
+// default instead, which the checks across rate_limits must not take for
+// what the user wrote (the unknown algorithm is reported already).
+func algorithmKnown(rl *RateLimitNode) bool {
+	if rl.Algorithm.State != FieldSet {
+		return rl.Algorithm.State == FieldAbsent
+	}
+	_, ok := limiter.ParseAlgorithm(rl.Algorithm.Value)
+	return ok
+}
+
+// windowName names a limit's window in a limit's default name and in
+// errors: Go's duration text without its zero minutes and seconds ("1s",
+// "5m", "1h30m", "24h", "168h" for a week, "1h0m30s" for 3630 seconds).
+// Every window is whole seconds, so there is never a fraction.
+func windowName(l *Limit) string {
+	s := l.Window().String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // LimitName is the name responses and metrics give l, one of r's Limits, in
 // domain: l's name, else the rule's FullKey without the domain, followed
 // for a rule with several limits by "/" and l's window ("api.user/1s"), and
 // by "/" and its algorithm when another of the rule's limits has the same
-// window ("api.user/1m0s/token_bucket"). It is stable across reloads.
+// window ("api.user/1m/token_bucket"). It is stable across reloads.
 func (r *Rule) LimitName(domain string, l *Limit) string {
 	if l.Name != "" {
 		return l.Name

@@ -280,3 +280,111 @@ descriptors:
 		t.Errorf("a single limit's name = %q, want the rule's", got)
 	}
 }
+
+// TestRateLimitsAccepted: what the checks across rate_limits refuse (the
+// goldens rate_limits_names and rate_limits_concurrency) leaves these
+// alone: limits without names, distinct names, the same name on two rules,
+// and concurrency limits only beside each other.
+func TestRateLimitsAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       int // limits of rule "k"
+	}{
+		{"no names", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 1000}`, 2},
+		{"distinct names", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: burst}
+      - {unit: hour, requests_per_unit: 1000, name: sustained}
+      - {unit: day, requests_per_unit: 9000}`, 3},
+		{"one name on two rules", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: shared}
+      - {unit: hour, requests_per_unit: 1000}
+  - key: other
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, name: shared}
+      - {unit: hour, requests_per_unit: 1000}`, 2},
+		{"concurrency beside concurrency", `
+  - key: k
+    rate_limits:
+      - {unit: minute, requests_per_unit: 5, algorithm: concurrency}
+      - {unit: hour, requests_per_unit: 50, algorithm: concurrency}`, 2},
+		{"concurrency on a sibling descriptor", `
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 1000, algorithm: token_bucket}
+  - key: streams
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: concurrency}`, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := descriptors.Parse(descriptors.Source{Name: "accepted.yaml", Data: []byte("domain: d\ndescriptors:" + tc.yaml + "\n")})
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if r := c.Match("d", entries("k", "v")); r == nil || len(r.Limits) != tc.want {
+				t.Errorf("Match(k) = %+v, want %d limits", r, tc.want)
+			}
+		})
+	}
+}
+
+// TestLimitNames: a limit of rate_limits without a name is called
+// "<rule>/<window>", the window in Go's duration text without its zero
+// minutes and seconds, followed by "/<algorithm>" when another limit of the
+// rule has the same window. These names are in the RateLimit headers and
+// the metrics' rule label, so they must not change from one release to the
+// next.
+func TestLimitNames(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "names.yaml", Data: []byte(`
+domain: d
+descriptors:
+  - key: api
+    descriptors:
+      - key: user
+        rate_limits:
+          - {unit: second, requests_per_unit: 10}
+          - {unit: minute, requests_per_unit: 100}
+          - {unit: minute, requests_per_unit: 100, algorithm: token_bucket}
+          - {unit: hour, requests_per_unit: 1000}
+          - {unit: day, requests_per_unit: 10000}
+  - key: odd
+    rate_limits:
+      - {unit: second, unit_multiplier: 90, requests_per_unit: 1}
+      - {unit: minute, unit_multiplier: 90, requests_per_unit: 1}
+      - {unit: second, unit_multiplier: 3630, requests_per_unit: 1}
+      - {unit: second, unit_multiplier: 7200, requests_per_unit: 1}
+      - {unit: week, requests_per_unit: 1}
+      - {unit: month, requests_per_unit: 1}
+      - {unit: year, unit_multiplier: 10, requests_per_unit: 1}
+      - {unit: minute, unit_multiplier: 5, requests_per_unit: 1, name: five_minutes}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		entries []descriptors.Entry
+		want    []string
+	}{
+		{entries("api", "a", "user", "u"), []string{"api.user/1s", "api.user/1m/sliding_window", "api.user/1m/token_bucket", "api.user/1h", "api.user/24h"}},
+		{entries("odd", "o"), []string{"odd/1m30s", "odd/1h30m", "odd/1h0m30s", "odd/2h", "odd/168h", "odd/720h", "odd/87600h", "five_minutes"}},
+	} {
+		r := cfg.Match("d", tc.entries)
+		if r == nil {
+			t.Fatalf("Match(%v) = nil", tc.entries)
+		}
+		var got []string
+		for _, l := range r.Limits {
+			got = append(got, r.LimitName("d", l))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("LimitName of %s's limits = %q, want %q", r.FullKey, got, tc.want)
+		}
+	}
+}
