@@ -112,12 +112,17 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 // run dials o.Connections connections, drives the load and returns the
 // report of the measured part. It returns an error only if it cannot start.
 func run(ctx context.Context, o *options) (*Report, error) {
-	addr, err := dialAddr(ctx, o.Target)
-	if err != nil {
-		return nil, err
+	addrs := make([]string, len(o.Targets))
+	for i, t := range o.Targets {
+		a, err := dialAddr(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
 	}
 	conns := make([]*grpc.ClientConn, o.Connections)
 	for i := range conns {
+		addr := addrs[i%len(addrs)]
 		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -131,12 +136,12 @@ func run(ctx context.Context, o *options) (*Report, error) {
 	{
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		probe := newWorker(o, rlsv3.NewRateLimitServiceClient(conns[0]), -1)
-		for _, c := range conns {
+		for i, c := range conns {
 			probe.client = rlsv3.NewRateLimitServiceClient(c)
 			probe.fill()
 			if _, err := probe.client.ShouldRateLimit(dctx, probe.req, grpc.WaitForReady(true)); err != nil && status.Code(err) != codes.InvalidArgument {
 				cancel()
-				return nil, fmt.Errorf("first call to %s: %w", addr, err)
+				return nil, fmt.Errorf("first call to %s: %w", addrs[i%len(addrs)], err)
 			}
 		}
 		cancel()
