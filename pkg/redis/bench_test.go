@@ -133,7 +133,7 @@ func BenchmarkStoreApplyCluster(b *testing.B) {
 		hits  []limiter.Hit
 	}{{1, one}, {2, two}} {
 		b.Run(fmt.Sprintf("slots=%d", tc.slots), func(b *testing.B) {
-			if groups, _ := s.split(tc.hits, ""); len(groups) != tc.slots {
+			if groups, _ := s.split(tc.hits); len(groups) != tc.slots {
 				b.Fatalf("the request spans %d slots, want %d", len(groups), tc.slots)
 			}
 			ctx := context.Background()
