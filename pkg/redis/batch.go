@@ -425,11 +425,11 @@ func (n *node) clock() string {
 // refused unrun (its function or script missing) is, once loaded.
 func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps []*pending) []error {
 	type call struct {
-		order    []int // indices into ps, in ps's order within the slot
-		es       []*entry
-		keys     []string
-		args     []any
-		cmd      *goredis.Cmd
+		order []int // indices into ps, in ps's order within the slot
+		es    []*entry
+		keys  []string
+		args  []any
+		cmd   *goredis.Cmd
 	}
 	errs := make([]error, len(ps))
 	order := make([]int, len(ps))

@@ -554,7 +554,7 @@ func (s *Store) undoEntry(g *group) (*entry, bool) {
 	}
 	e := g.e
 	u := &entry{kind: kindUndo, ttl: float64(RefundMarkerTTL.Milliseconds()),
-		keys: append(slices.Clip(e.keys), e.keys[0]+":u:"+s.refunds.ids.next()),
+		keys:  append(slices.Clip(e.keys), e.keys[0]+":u:"+s.refunds.ids.next()),
 		specs: append(slices.Clip(e.specs), keySpec{alg: markerAlgorithm}), undo: make([]float64, 0, 2*len(e.keys))}
 	changed := false
 	for _, t := range e.kr {
