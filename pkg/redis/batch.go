@@ -23,6 +23,10 @@ const (
 	kindApply = 1
 	kindCheck = 2
 	kindUndo  = 3
+	// kindFull asks for the full reply of an apply or check (both pairs
+	// and the undo tokens), kindLease says a hit asks for a lease.
+	kindFull  = 16
+	kindLease = 32
 
 	// markerAlgorithm is the algorithm byte of a marker key.
 	markerAlgorithm = 255
@@ -51,6 +55,8 @@ const (
 // a call (a batch).
 type entry struct {
 	kind  byte
+	full  bool      // an apply or check that needs the full reply (a request over several slots)
+	lease bool      // a hit asks for a lease
 	keys  []string  // its counters in the order of their first hit; an undo's marker last
 	specs []keySpec // per key
 	hits  []hitArg  // apply and check
@@ -174,7 +180,14 @@ func (e *entry) appendTo(b []byte, idx []uint16) []byte {
 		}
 		return b
 	}
-	b = append(b, e.kind, byte(len(e.hits)))
+	kind := e.kind
+	if e.full {
+		kind |= kindFull
+	}
+	if e.lease {
+		kind |= kindLease
+	}
+	b = append(b, kind, byte(len(e.hits)))
 	for _, h := range e.hits {
 		b = binary.LittleEndian.AppendUint16(b, idx[h.key])
 		b = appendF(b, h.requests)
@@ -233,13 +246,26 @@ func decode(reply any, es []*entry) error {
 		e.hr = slices.Grow(e.hr[:0], len(e.hits))[:len(e.hits)]
 		for i := range e.hits {
 			bits := r.u8()
-			e.hr[i] = hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, retry: r.f64(),
-				remDenied: r.f64(), resetDenied: r.f64(), remAdmitted: r.f64(), resetAdmitted: r.f64()}
+			v := hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, retry: r.f64(), remDenied: r.f64(), resetDenied: r.f64()}
+			if e.full {
+				v.remAdmitted, v.resetAdmitted = r.f64(), r.f64()
+			} else {
+				// The short reply's pair is the outcome's.
+				v.remAdmitted, v.resetAdmitted = v.remDenied, v.resetDenied
+			}
+			e.hr[i] = v
+		}
+		if !e.full && !e.lease {
+			continue
 		}
 		nk := len(e.keys)
 		e.kr = slices.Grow(e.kr[:0], nk)[:nk]
 		for k := range nk {
-			e.kr[k] = keyReply{u1: r.f64(), u2: r.f64(), leased: r.f64()}
+			if e.full {
+				e.kr[k] = keyReply{u1: r.f64(), u2: r.f64(), leased: r.f64()}
+			} else {
+				e.kr[k] = keyReply{u1: r.f64(), leased: r.f64()}
+			}
 		}
 	}
 	if r.err == nil && r.off != len(s) {

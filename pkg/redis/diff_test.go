@@ -95,7 +95,7 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 
 // parsePacked reads the packed string of a sliding window of n sub-windows
 // (limiter.lua): the sub-window at, the total and one record (index modulo
-// 256, count) per sub-window holding hits, oldest first. It checks that the
+// 256, count) per sub-window holding hits, newest first. It checks that the
 // total is their sum and that every record is in at-n..at, in order.
 func parsePacked(v string, n int64) (limiter.State, error) {
 	if len(v) < 16+9 || (len(v)-16)%9 != 0 {
@@ -104,11 +104,11 @@ func parsePacked(v string, n int64) (limiter.State, error) {
 	f := func(off int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[off : off+8]))) }
 	at, total := int64(f(0)), int64(f(8))
 	st := limiter.State{At: at, Slots: make([]int64, n+1)}
-	sum, last := int64(0), int64(-1)
+	sum, last := int64(0), at+1
 	for off := 16; off < len(v); off += 9 {
 		idx := at - (at-int64(v[off]))&255
 		c := int64(f(off + 1))
-		if idx < at-n || idx <= last || c <= 0 {
+		if idx < at-n || idx >= last || c <= 0 {
 			return limiter.State{}, fmt.Errorf("record of sub-window %d (count %d) after %d, at %d", idx, c, last, at)
 		}
 		st.Slots[idx-(at-n)] = c

@@ -42,7 +42,9 @@
 --             2 fixed_window, 3 sliding_log, 4 concurrency; 255 for a
 --             marker), the window in ms, the sub-windows
 --             (limiter.Limit.SubWindowCount: 1 or more for sliding_window).
---   ARGV[3]   the entries, one after another, each '<BB' kind and count:
+--   ARGV[3]   the entries, one after another, each '<BB' kind and count;
+--             the kind's bit 16 asks for the full reply, bit 32 says that a
+--             hit asks for a lease:
 --     kind 1 "apply": decide the request's count hits and consume only if
 --       it is admitted: no enforced (non-shadow, non-refund) hit outside the
 --       quota group is denied, and the quota group, if it has enforced hits,
@@ -66,15 +68,20 @@
 --       that the apply's reply gave. With a marker it is idempotent: the
 --       first run sets the marker, a retry (its reply lost) changes nothing.
 --   Reply     one binary string: '<d' now, then per entry:
---     apply, check: '<B' admitted, then per hit '<Bddddd': bits (1 allowed,
---       2 exceeds), retry_after_ms, remaining and reset_after_ms if denied,
---       remaining and reset_after_ms if admitted; then per key of the
---       entry, in the order of its first hit, '<ddd': the undo token (u1,
---       u2; u2 = 0 when there is nothing to take back) and the permits
---       leased. The "if denied" pair describes the counters as the entry
---       found them (also what a denied request reports), the "if admitted"
---       pair after its consumption; the caller picks one, because in a
---       Cluster another slot's script may deny a request this one admitted.
+--     apply, check, full: '<B' admitted, then per hit '<Bddddd': bits
+--       (1 allowed, 2 exceeds), retry_after_ms, remaining and
+--       reset_after_ms if denied, remaining and reset_after_ms if admitted;
+--       then per key of the entry, in the order of its first hit, '<ddd':
+--       the undo token (u1, u2; u2 = 0 when there is nothing to take back)
+--       and the permits leased. The "if denied" pair describes the counters
+--       as the entry found them (also what a denied request reports), the
+--       "if admitted" pair after its consumption; the caller picks one,
+--       because in a Cluster another slot's script may deny a request this
+--       one admitted.
+--     apply, short (a request in one slot: the entry's outcome is the
+--       request's): '<B' admitted, then per hit '<Bddd': bits,
+--       retry_after_ms and the pair of the outcome; then, if a hit asked
+--       for a lease, per key '<dd': u1 and the permits leased.
 --     undo: '<d' the number of counters changed, or -1 when the marker
 --       existed: this undo already ran.
 --
@@ -120,6 +127,9 @@ local spack, sunpack, floor, min, max, fmt, sub, byte
 
 -- now is the batch's clock, set by run.
 local now = 0
+
+-- ZEROS is a list of zeros that run copies to make its tables at their size.
+local ZEROS = {}
 
 -- windex is floor(now / w), exact even when the double division rounds.
 local function windex(w)
@@ -295,8 +305,11 @@ end
 -- sliding_window with N > 1 sub-windows (sliding_sub.go). The sub-window
 -- index is j = floor(now / s) with s = w / N. One string per counter: '<dd'
 -- at (the sub-window of the state, s1) and the total of its counts (s2),
--- then one '<Bd' record per sub-window holding hits, oldest first: its index
--- modulo 256 and its count (s3 is the records). The records span at most
+-- then one '<Bd' record per sub-window holding hits, newest first: its
+-- index modulo 256 and its count. In memory s3 is that whole string, its
+-- head always up to date ('' for an empty state), so that the common step,
+-- the current sub-window growing, rewrites the head and the newest record
+-- in one piece and store writes s3 as it is. The records span at most
 -- N + 1 <= 61 sub-windows, at - N .. at, so the index of a record with byte
 -- b is at - (at - b) % 256. The total is never more than MAX (consume
 -- saturates it), so it is exact, and equal to the Go twin's sum oldest
@@ -308,37 +321,32 @@ local function subLoad(key)
     return 0, 0, '', false
   end
   local at, total = sunpack('<dd', v)
-  return at, total, sub(v, 17), true
+  return at, total, v, true
 end
 
--- roll drops the records that left the estimate (older than j - N).
-local function subRoll(at, total, recs, w, N)
+-- roll drops the records that left the estimate (older than j - N), from
+-- the end.
+local function subRoll(at, total, v, w, N)
   local j = windex(w / N)
   if at == j or (at > j and total ~= 0) then
-    return at, total, recs
+    return at, total, v
   elseif total == 0 or at > j or j - at > N then
     return j, 0, ''
   end
-  local lo, p, len = j - N, 1, #recs
-  while p < len do
-    local b, c = sunpack('<Bd', recs, p)
-    if at - (at - b) % 256 >= lo then
-      break
-    end
-    total = total - c
-    p = p + 9
+  local lo, len = j - N, #v
+  while len > 16 and at - (at - byte(v, len - 8)) % 256 < lo do
+    total = total - sunpack('<d', v, len - 7)
+    len = len - 9
   end
-  if p > len then
+  if len <= 16 then
     return j, 0, ''
-  elseif p > 1 then
-    recs = sub(recs, p)
   end
-  return j, total, recs
+  return j, total, spack('<dd', j, total) .. sub(v, 17, len)
 end
 
 -- decide admits n iff total + n <= L; otherwise the retry is the time until
 -- enough of the oldest sub-windows have left the estimate.
-local function subDecide(at, total, recs, w, L, n, _, N)
+local function subDecide(at, total, v, w, L, n, _, N)
   if total + n <= L then
     return true, 0
   end
@@ -347,14 +355,14 @@ local function subDecide(at, total, recs, w, L, n, _, N)
   if e < 0 then
     e = 0
   end
-  local rest, p, len = total, 1, #recs
-  while p < len do
-    local b, c = sunpack('<Bd', recs, p)
+  local rest, p = total, #v - 8
+  while p >= 17 do
+    local b, c = sunpack('<Bd', v, p)
     rest = rest - c
     if rest + n <= L then
       return false, ((N - (at - b) % 256) + 1) * s - e
     end
-    p = p + 9
+    p = p - 9
   end
   return false, (N + 1) * s - e
 end
@@ -362,11 +370,10 @@ end
 -- consume: the current sub-window (at) grows by inc, the total saturating at
 -- MAX, then shrinks by dec, never below 0. The undo token is the sub-window
 -- and what it gained.
-local function subConsume(_, at, total, recs, _, _, inc, dec)
-  local len, cur, head = #recs, 0, recs
-  if len > 0 and byte(recs, len - 8) == at % 256 then
-    local _, c = sunpack('<Bd', recs, len - 8)
-    cur, head = c, sub(recs, 1, len - 9)
+local function subConsume(_, at, total, v, _, _, inc, dec)
+  local cur, from = 0, 17
+  if #v > 16 and byte(v, 17) == at % 256 then
+    cur, from = sunpack('<d', v, 18), 26
   end
   local rest = total - cur
   local c = min(cur + inc, MAX - rest)
@@ -376,24 +383,26 @@ local function subConsume(_, at, total, recs, _, _, inc, dec)
     c = c - dec
   end
   if c == cur then
-    return at, total, recs, at, 0
-  elseif c == 0 then
-    return at, rest, head, at, -cur
+    return at, total, v, at, 0
+  elseif c ~= 0 then
+    return at, rest + c, spack('<ddBd', at, rest + c, at % 256, c) .. sub(v, from), at, c - cur
+  elseif rest == 0 then
+    return at, 0, '', at, -cur
   end
-  return at, rest + c, head .. spack('<Bd', at % 256, c), at, c - cur
+  return at, rest, spack('<dd', at, rest) .. sub(v, from), at, -cur
 end
 
 -- report: remaining is L - total, at least 0; the reset is the time until
 -- the newest sub-window holding hits leaves the estimate.
-local function subReport(at, total, recs, w, L, allowed, _, N)
-  local reset, len = 0, #recs
-  if len > 0 then
+local function subReport(at, total, v, w, L, allowed, _, N)
+  local reset = 0
+  if total ~= 0 then
     local s = w / N
     local e = now - at * s
     if e < 0 then
       e = 0
     end
-    reset = ((N - (at - byte(recs, len - 8)) % 256) + 1) * s - e
+    reset = ((N - (at - byte(v, 17)) % 256) + 1) * s - e
   end
   if not allowed then
     return 0, reset
@@ -407,30 +416,29 @@ end
 
 -- store: the TTL is when the newest sub-window holding hits leaves the
 -- estimate (limiter's subExpires).
-local function subStore(key, w, N, at, total, recs, oat, ototal, orecs, exists)
-  if at == oat and total == ototal and recs == orecs then
+local function subStore(key, w, N, at, total, v, _, _, ov, exists)
+  if v == ov then
     return
-  end
-  if total == 0 then
+  elseif total == 0 then
     if exists then
       redis.call('DEL', key)
     end
     return
   end
-  local newest = at - (at - byte(recs, #recs - 8)) % 256
-  redis.call('SET', key, spack('<dd', at, total) .. recs, 'PX', fmt('%d', (newest + N + 1) * (w / N) - now))
+  local newest = at - (at - byte(v, 17)) % 256
+  redis.call('SET', key, v, 'PX', (newest + N + 1) * (w / N) - now)
 end
 
 -- undo subtracts delta from sub-window idx while the estimate counts it,
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
 -- decodes and encodes every record.
-local function subUndo(_, at, total, recs, _, N, idx, delta)
+local function subUndo(_, at, total, v, _, N, idx, delta)
   if delta == 0 or idx > at or idx < at - N then
-    return at, total, recs, 0
+    return at, total, v, 0
   end
   local ids, cs, found = {}, {}, 0
-  for p = 1, #recs - 8, 9 do
-    local b, c = sunpack('<Bd', recs, p)
+  for p = 17, #v - 8, 9 do
+    local b, c = sunpack('<Bd', v, p)
     ids[#ids + 1], cs[#cs + 1] = at - (at - b) % 256, c
     if ids[#ids] == idx then
       found = #ids
@@ -438,10 +446,10 @@ local function subUndo(_, at, total, recs, _, N, idx, delta)
   end
   if found == 0 then
     if delta > 0 then
-      return at, total, recs, 0
+      return at, total, v, 0
     end
     local x = #ids + 1
-    while x > 1 and ids[x - 1] > idx do
+    while x > 1 and ids[x - 1] < idx do
       x = x - 1
     end
     table.insert(ids, x, idx)
@@ -451,13 +459,17 @@ local function subUndo(_, at, total, recs, _, N, idx, delta)
   local old = cs[found]
   local c = min(max(old - delta, 0), MAX - (total - old))
   cs[found] = c
-  local parts = {}
+  total = total - old + c
+  if total == 0 then
+    return at, 0, '', 1
+  end
+  local parts = { spack('<dd', at, total) }
   for x = 1, #ids do
     if cs[x] ~= 0 then
       parts[#parts + 1] = spack('<Bd', ids[x] % 256, cs[x])
     end
   end
-  return at, total - old + c, table.concat(parts), 1
+  return at, total, table.concat(parts), 1
 end
 
 ------------------------------------------------------------------------------
@@ -843,8 +855,16 @@ local function run(KEYS, ARGV)
   local nk, specs, prog = #KEYS, ARGV[2], ARGV[3]
   -- Per key: section, window, sub-windows; stored state (o1-o3, ox; ox nil
   -- until loaded); current state (s1-s3); dirty (to store).
-  local KA, KW, KN = {}, {}, {}
-  local o1, o2, o3, ox, s1, s2, s3, dirty = {}, {}, {}, {}, {}, {}, {}, {}
+  -- Tables made at their full size (a table grown one key at a time is
+  -- reallocated at every power of two, which costs more than the work).
+  if #ZEROS < nk then
+    for k = #ZEROS + 1, nk do
+      ZEROS[k] = 0
+    end
+  end
+  local KA, KW, KN = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local o1, o2, o3, ox = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local s1, s2, s3, dirty = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
   local p = 1
   for k = 1, nk do
     local a, w, N
@@ -868,7 +888,9 @@ local function run(KEYS, ARGV)
   -- growth (inc, dec, odi: the largest overdraw hits), the lease asked and
   -- the key's first hit.
   local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
-  local ek, mark, inc, dec, odi, ask, first = {}, {}, {}, {}, {}, {}, {}
+  local mark, inc, dec, odi = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local ask, first = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local ek, tu1, tu2, tg = {}, {}, {}, {}
   local out = { spack('<d', now) }
   local plen, e = #prog, 0
   p = 1
@@ -876,6 +898,8 @@ local function run(KEYS, ARGV)
     e = e + 1
     local kind, count
     kind, count, p = sunpack('<BB', prog, p)
+    local full, leased = kind % 32 >= 16, kind >= 32
+    kind = kind % 16
     if kind == 3 then
       local m, ttl
       m, ttl, p = sunpack('<Hd', prog, p)
@@ -888,7 +912,7 @@ local function run(KEYS, ARGV)
           local k, u1, u2, ch
           k, u1, u2, p = sunpack('<Hdd', prog, p)
           local A, w, N = KA[k], KW[k], KN[k]
-          if ox[k] == nil then
+          if ox[k] == 0 then
             o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
             s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
           end
@@ -914,7 +938,7 @@ local function run(KEYS, ARGV)
           nek = nek + 1
           ek[nek] = k
           inc[k], dec[k], odi[k], ask[k], first[k] = 0, 0, 0, hl[h], h
-          if ox[k] == nil then
+          if ox[k] == 0 then
             local A, w, N = KA[k], KW[k], KN[k]
             o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
             s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
@@ -978,8 +1002,6 @@ local function run(KEYS, ARGV)
       -- an admitting apply adds the rest of its growth, so that the undo
       -- token takes back only the rest.
       local consume = admitted and kind == 1
-      out[#out + 1] = spack('<B', admitted and 1 or 0)
-      local tokens = {}
       for x = 1, nek do
         local k = ek[x]
         local u1, u2, g = 0, 0, 0
@@ -1018,20 +1040,43 @@ local function run(KEYS, ARGV)
             end
           end
         end
-        tokens[x] = spack('<ddd', u1, u2, g)
+        tu1[x], tu2[x], tg[x] = u1, u2, g
+      end
+      if full then
+        out[#out + 1] = spack('<B', admitted and 1 or 0)
       end
       for h = 1, count do
         local bits = ok[h] and 1 or 0
         if hf[h] % 8 >= 4 and hf[h] % 2 == 0 then
           bits = bits + 2
         end
-        out[#out + 1] = spack('<Bddddd', bits, retry[h], rd[h], td[h], ra[h], ta[h])
+        if full then
+          out[#out + 1] = spack('<Bddddd', bits, retry[h], rd[h], td[h], ra[h], ta[h])
+        else
+          local r, t = rd[h], td[h]
+          if consume then
+            r, t = ra[h], ta[h]
+          end
+          if h == 1 then
+            out[#out + 1] = spack('<BBddd', admitted and 1 or 0, bits, retry[h], r, t)
+          else
+            out[#out + 1] = spack('<Bddd', bits, retry[h], r, t)
+          end
+        end
       end
-      out[#out + 1] = table.concat(tokens)
+      if full then
+        for x = 1, nek do
+          out[#out + 1] = spack('<ddd', tu1[x], tu2[x], tg[x])
+        end
+      elseif leased then
+        for x = 1, nek do
+          out[#out + 1] = spack('<dd', tu1[x], tg[x])
+        end
+      end
     end
   end
   for k = 1, nk do
-    if dirty[k] then
+    if dirty[k] == true then
       KA[k].store(KEYS[k], KW[k], KN[k], s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k])
     end
   end

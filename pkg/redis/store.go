@@ -472,6 +472,7 @@ func (s *Store) split(hits []limiter.Hit) (groups []*group, quotaSplit bool) {
 		}
 	}
 	for _, g := range groups {
+		g.e.full = len(groups) > 1
 		g.e.hits = make([]hitArg, len(g.hits))
 		for j, i := range g.hits {
 			h := hits[i]

@@ -29,7 +29,7 @@ func TestUndo(t *testing.T) {
 		if refund {
 			flags = flagRefund
 		}
-		e := &entry{kind: kindApply, keys: []string{key}, specs: []keySpec{spec},
+		e := &entry{kind: kindApply, full: true, keys: []string{key}, specs: []keySpec{spec},
 			hits: []hitArg{{requests: 100, hits: float64(n), flags: flags}}}
 		runAt(t, s, now, e)
 		return e.kr[0].u1, e.kr[0].u2
