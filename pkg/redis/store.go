@@ -53,6 +53,16 @@ type Options struct {
 	// Now, when set, is the clock the script uses instead of Redis TIME. For
 	// tests only: in production every instance must share Redis's clock.
 	Now func() time.Time
+	// LeaseRate is the decisions per second (in the last whole second, on
+	// this Store) from which a counter is hot: the Store then leases
+	// permits for it and spends them in memory (see Store). Default
+	// DefaultLeaseRate; negative turns leases off.
+	LeaseRate float64
+	// LeaseSpan is how much of a hot counter's traffic on this Store one
+	// lease asks for: its last second's decisions times LeaseSpan (the
+	// script grants at most half of what remains). Default
+	// DefaultLeaseSpan (50 ms).
+	LeaseSpan time.Duration
 	// Logger receives warnings the Store cannot return (refunds after a
 	// cross-slot denial that failed, at most one line per 10 s). Default
 	// zap.NewNop().
@@ -74,6 +84,15 @@ type Options struct {
 // would count its hits twice); each decision keeps its own deadline, and
 // leaves a call that has not been sent when it passes (it is then never
 // sent); a slow node holds up only the decisions on it.
+//
+// A hot counter (Options.LeaseRate) is leased: a request of one enforced
+// fixed or sliding window hit asks the script for a block of permits with
+// its own decision; the permits are counted in Redis at once and spent here
+// without a round trip until they run out or their window (sub-window) ends,
+// so the fleet never admits more than the limit. A lease's Result reports
+// Remaining as of its grant, less what this Store spent since. Permits not
+// spent are lost to the other instances until they are given back, within
+// about a second after their (sub-)window ends, or at Close.
 //
 // It sheds load before Redis (see gate): a decision that cannot be sent in
 // time, or that would go to a node that stopped answering, is not sent:
@@ -98,6 +117,9 @@ type Store struct {
 	nodes         sync.Map // Cluster: master address -> *node
 	probes        sync.WaitGroup
 	refunds       *refunder
+	leases        *leases        // nil when off
+	giving        sync.WaitGroup // permits given back in the background, and the sweep
+	stopSweep     chan struct{}  // ends leases.sweep
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -135,6 +157,16 @@ func New(c Client, o Options) *Store {
 		s.node = s.newNode(c, poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
 	}
 	s.refunds = newRefunder(s.runDirect, s.log)
+	clock := time.Now
+	if s.now != nil {
+		clock = s.now
+	}
+	s.leases = newLeases(o.LeaseRate, o.LeaseSpan, clock)
+	if s.leases != nil {
+		s.leases.back = s.giveBackLater
+		s.stopSweep = make(chan struct{})
+		s.giving.Go(func() { s.leases.sweep(s.stopSweep) })
+	}
 	return s
 }
 
@@ -183,10 +215,12 @@ func (s *Store) Warm(ctx context.Context) error {
 // closeRefundTimeout bounds how long Close waits for refunds still pending.
 const closeRefundTimeout = time.Second
 
-// Close sends the refunds still pending (waiting at most a second; those it
-// could not send are logged), then closes the client. Apply must not be
+// Close gives back the unspent permits of its leases and sends the refunds
+// still pending (waiting at most a second each; refunds it could not send are
+// logged), then closes the client. Apply must not be
 // called after Close.
 func (s *Store) Close() error {
+	s.giveBack(closeRefundTimeout)
 	s.refunds.close(closeRefundTimeout)
 	err := s.c.Close()
 	s.probes.Wait()
@@ -252,13 +286,50 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 			return nil, fmt.Errorf("redis: hit %d: %w", i, err)
 		}
 	}
+	if s.leases != nil && len(hits) == 1 && leasable(hits[0]) {
+		return s.applyLeased(ctx, hits[0])
+	}
+	results, _, err := s.applyHits(ctx, hits, 0)
+	return results, err
+}
+
+// applyLeased decides h, a leasable hit alone in its request: from its
+// counter's lease when that holds the permits, else in Redis, asking for a
+// lease when the counter is hot and no other request is asking.
+func (s *Store) applyLeased(ctx context.Context, h limiter.Hit) ([]limiter.Result, error) {
+	r, spent, ask, l := s.leases.take(counterKey(s.prefix, h), h)
+	if spent {
+		return []limiter.Result{r}, nil
+	}
+	hits := []limiter.Hit{h}
+	if l == nil {
+		results, _, err := s.applyHits(ctx, hits, 0)
+		return results, err
+	}
+	sent := s.leases.clock()
+	results, groups, err := s.applyHits(ctx, hits, ask)
+	if err != nil || !results[0].Allowed {
+		s.leases.abandon(l)
+		return results, err
+	}
+	s.leases.granted(l, groups[0].e, results[0], sent)
+	return results, nil
+}
+
+// applyHits decides hits in Redis (see Apply) and returns their Results
+// and the groups that decided them. With ask > 0, hits is one hit that
+// asks for ask permits more (limiter.lua's leases).
+func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, ask uint64) ([]limiter.Result, []*group, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
 	groups, quotaSplit := s.split(hits)
+	if ask > 0 {
+		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
+	}
 	admitted, err := s.decide(ctx, groups)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	results := make([]limiter.Result, len(hits))
 	fillAll(results, groups, admitted)
@@ -270,7 +341,7 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 		fillAll(results, groups, false)
 	}
 	limiter.MarkOverLimit(hits, results)
-	return results, nil
+	return results, groups, nil
 }
 
 // decide runs the groups' apply entries one after another, in order, and
