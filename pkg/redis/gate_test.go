@@ -61,6 +61,12 @@ func TestShedBeforeRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := scriptCalls(t, srv.Addr())
+	// The first decision's flush may still be looping (slow under -race):
+	// wait until no call is in flight, so that each of the 2 calls the node
+	// allows starts with one decision and the rest queue behind them.
+	for !s.node.idle() {
+		time.Sleep(time.Millisecond)
+	}
 
 	srv.Pause(t)
 	var wg sync.WaitGroup
@@ -221,4 +227,11 @@ func deadlineFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// idle reports whether n has no call in flight.
+func (n *node) idle() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.active == 0
 }
