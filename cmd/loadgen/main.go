@@ -46,7 +46,8 @@ const maxRunTime = 10 * time.Minute
 
 // options is one parsed, validated command line.
 type options struct {
-	Target      string        // host:port, loopback only
+	Target      string        // host:port[,host:port...] as given, loopback only
+	Targets     []string      // Target split: connection i goes to Targets[i%len]
 	Concurrency int           // closed loop callers, or most in flight in open loop
 	Rate        float64       // requests/s; 0 means closed loop
 	Connections int           // gRPC client connections, used round robin
@@ -106,7 +107,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Target, "target", "127.0.0.1:8081", "gRPC address of the rate-limit service: loopback only (127.0.0.0/8, ::1, localhost)")
+	fs.StringVar(&o.Target, "target", "127.0.0.1:8081", "gRPC address of the rate-limit service, or several separated by commas (connections go round robin to them): loopback only (127.0.0.0/8, ::1, localhost)")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "closed loop: concurrent callers; open loop: most requests in flight")
 	fs.Float64Var(&o.Rate, "rate", 0, "open loop: requests per second (0 = closed loop)")
 	fs.IntVar(&o.Connections, "connections", 1, "gRPC client connections, used round robin")
@@ -140,6 +141,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.Requests > 0 && !set["duration"] {
 		o.Duration = maxRunTime - o.Warmup
 	}
+	for t := range strings.SplitSeq(o.Target, ",") {
+		o.Targets = append(o.Targets, strings.TrimSpace(t))
+	}
+	if !set["connections"] {
+		o.Connections = max(o.Connections, len(o.Targets))
+	}
 	for k := range strings.SplitSeq(*keys, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			o.EntryKeys = append(o.EntryKeys, k)
@@ -149,8 +156,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 }
 
 func (o *options) validate() error {
-	if err := checkLoopback(o.Target); err != nil {
-		return err
+	for _, t := range o.Targets {
+		if err := checkLoopback(t); err != nil {
+			return err
+		}
 	}
 	switch {
 	case o.Concurrency < 1 || o.Concurrency > 100_000:
@@ -159,6 +168,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("-rate %v: want >= 0 (0 = closed loop)", o.Rate)
 	case o.Connections < 1 || o.Connections > 1024:
 		return fmt.Errorf("-connections %d: want 1..1024", o.Connections)
+	case o.Connections < len(o.Targets):
+		return fmt.Errorf("-connections %d: want at least one per -target (%d)", o.Connections, len(o.Targets))
 	case o.Duration <= 0:
 		return fmt.Errorf("-duration %v: want > 0", o.Duration)
 	case o.Warmup < 0:

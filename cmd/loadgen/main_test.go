@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ func TestParseOptionsRefuses(t *testing.T) {
 		{"no port", []string{"-target", "127.0.0.1"}, "want host:port"},
 		{"empty port", []string{"-target", "127.0.0.1:"}, "want a port"},
 		{"ipv6 public", []string{"-target", "[2001:db8::1]:8081"}, "only loopback"},
+		{"second target public", []string{"-target", "127.0.0.1:8081,8.8.8.8:8081"}, "only loopback"},
+		{"fewer connections than targets", []string{"-target", "127.0.0.1:1,127.0.0.1:2", "-connections", "1"}, "one per -target"},
 		{"zero concurrency", []string{"-concurrency", "0"}, "-concurrency"},
 		{"negative rate", []string{"-rate", "-1"}, "-rate"},
 		{"zero connections", []string{"-connections", "0"}, "-connections"},
@@ -62,7 +65,14 @@ func TestParseOptionsAccepts(t *testing.T) {
 			t.Errorf("parseOptions(-target %s) = %v, want nil", target, err)
 		}
 	}
-	o, err := parseOptions([]string{"-requests", "100", "-warmup", "1m"}, io.Discard)
+	o, err := parseOptions([]string{"-target", "127.0.0.1:1, [::1]:2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"127.0.0.1:1", "[::1]:2"}; !slices.Equal(o.Targets, want) || o.Connections != 2 {
+		t.Errorf("two targets: Targets %q, Connections %d; want %q and one connection each", o.Targets, o.Connections, want)
+	}
+	o, err = parseOptions([]string{"-requests", "100", "-warmup", "1m"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,36 +112,13 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 // run dials o.Connections connections, drives the load and returns the
 // report of the measured part. It returns an error only if it cannot start.
 func run(ctx context.Context, o *options) (*Report, error) {
-	addr, err := dialAddr(ctx, o.Target)
+	conns, err := dialAll(ctx, o)
+	for _, c := range conns {
+		defer c.Close()
+	}
 	if err != nil {
 		return nil, err
 	}
-	conns := make([]*grpc.ClientConn, o.Connections)
-	for i := range conns {
-		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, fmt.Errorf("dial %s: %w", addr, err)
-		}
-		defer c.Close()
-		c.Connect()
-		conns[i] = c
-	}
-	// Wait until every connection is up (or fails) before the clock starts,
-	// so the first calls do not measure the handshake.
-	{
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		probe := newWorker(o, rlsv3.NewRateLimitServiceClient(conns[0]), -1)
-		for _, c := range conns {
-			probe.client = rlsv3.NewRateLimitServiceClient(c)
-			probe.fill()
-			if _, err := probe.client.ShouldRateLimit(dctx, probe.req, grpc.WaitForReady(true)); err != nil && status.Code(err) != codes.InvalidArgument {
-				cancel()
-				return nil, fmt.Errorf("first call to %s: %w", addr, err)
-			}
-		}
-		cancel()
-	}
-
 	workers := make([]*worker, o.Concurrency)
 	for i := range workers {
 		workers[i] = newWorker(o, rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]), i)
@@ -167,8 +144,58 @@ func run(ctx context.Context, o *options) (*Report, error) {
 		}
 		return true, true
 	}
+	drive(sctx, rctx, o, start, workers, take)
+	end := time.Now()
+	elapsed := end.Sub(measureFrom)
+	if deadline, _ := rctx.Deadline(); end.After(deadline) {
+		elapsed = deadline.Sub(measureFrom) // calls cut at the deadline are not counted
+	}
+	return newReport(o, workers, elapsed), nil
+}
 
+// dialAll opens o.Connections connections, spread over o.Targets in turn,
+// and waits until each answers a first call (or fails), so that the first
+// measured calls do not pay for the handshake. It returns the connections
+// opened, also with an error; the caller closes them.
+func dialAll(ctx context.Context, o *options) ([]*grpc.ClientConn, error) {
+	addrs := make([]string, len(o.Targets))
+	for i, t := range o.Targets {
+		a, err := dialAddr(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	var conns []*grpc.ClientConn
+	for i := range o.Connections {
+		addr := addrs[i%len(addrs)]
+		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return conns, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		c.Connect()
+		conns = append(conns, c)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	probe := newWorker(o, rlsv3.NewRateLimitServiceClient(conns[0]), -1)
+	for i, c := range conns {
+		probe.client = rlsv3.NewRateLimitServiceClient(c)
+		probe.fill()
+		if _, err := probe.client.ShouldRateLimit(dctx, probe.req, grpc.WaitForReady(true)); err != nil && status.Code(err) != codes.InvalidArgument {
+			return conns, fmt.Errorf("first call to %s: %w", addrs[i%len(addrs)], err)
+		}
+	}
+	return conns, nil
+}
+
+// drive runs the workers until sctx ends: each in a closed loop, or, with
+// o.Rate, each taking the due times schedule sends (open loop). take says
+// whether a call at a time is measured and whether to make it at all; calls
+// run under rctx.
+func drive(sctx, rctx context.Context, o *options, start time.Time, workers []*worker, take func(time.Time) (bool, bool)) {
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	if o.Rate == 0 {
 		for _, w := range workers {
 			wg.Go(func() {
@@ -183,41 +210,28 @@ func run(ctx context.Context, o *options) (*Report, error) {
 				}
 			})
 		}
-	} else {
-		due := make(chan time.Time, o.Concurrency)
-		for _, w := range workers {
-			wg.Go(func() {
-				for t := range due {
-					if sctx.Err() != nil {
-						continue // drain
-					}
-					measure, ok := take(t)
-					if !ok {
-						continue
-					}
-					w.fill()
-					w.call(rctx, t, measure)
+		return
+	}
+	due := make(chan time.Time, o.Concurrency)
+	for _, w := range workers {
+		wg.Go(func() {
+			for t := range due {
+				if sctx.Err() != nil {
+					continue // drain
 				}
-			})
-		}
-		schedule(sctx, start, o.Rate, due)
-		close(due)
+				measure, ok := take(t)
+				if !ok {
+					continue
+				}
+				w.fill()
+				w.call(rctx, t, measure)
+			}
+		})
 	}
-	wg.Wait()
-	end := time.Now()
-	elapsed := end.Sub(measureFrom)
-	if deadline, _ := rctx.Deadline(); end.After(deadline) {
-		elapsed = deadline.Sub(measureFrom) // calls cut at the deadline are not counted
-	}
-	return newReport(o, workers, elapsed), nil
+	schedule(sctx, start, o.Rate, due)
+	close(due)
 }
 
-// schedule sends on due the times at which requests are due, rate per
-// second from start, until ctx ends. It sends every request whose time has
-// come and then sleeps until the next is due (at least 50µs, to keep the
-// scheduler from spinning); when due is full, sending blocks, and the
-// waiting shows in the latency of those requests, measured from their due
-// time.
 func schedule(ctx context.Context, start time.Time, rate float64, due chan<- time.Time) {
 	interval := time.Duration(float64(time.Second) / rate)
 	var i int64

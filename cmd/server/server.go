@@ -308,6 +308,8 @@ func (srv *server) openStore() error {
 			ReadTimeout:                 set.RedisRead,
 			WriteTimeout:                set.RedisWrite,
 			CallTimeout:                 set.StoreTimeout,
+			LeaseRate:                   leaseRate(set.RedisLeaseRate),
+			LeaseSpan:                   set.RedisLeaseSpan,
 			Prefix:                      set.RedisPrefix,
 			TLSCAFile:                   set.RedisTLSCA,
 			TLSCertFile:                 set.RedisTLSCert,
@@ -506,4 +508,13 @@ func (srv *server) close() {
 		}
 		srv.closer = nil
 	}
+}
+
+// leaseRate maps --redis-lease-rate (0: off) to redis.Settings.LeaseRate
+// (0: the default, negative: off).
+func leaseRate(r int) float64 {
+	if r == 0 {
+		return -1
+	}
+	return float64(r)
 }

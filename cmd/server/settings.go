@@ -48,6 +48,8 @@ type settings struct {
 	RedisSentinels  string
 	RedisCluster    string
 	RedisPoolSize   int
+	RedisLeaseRate  int
+	RedisLeaseSpan  time.Duration
 	RedisDial       time.Duration
 	RedisRead       time.Duration
 	RedisWrite      time.Duration
@@ -134,6 +136,8 @@ func (s *settings) table() []setting {
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
 		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
 		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); size it to the decisions in flight (decisions/s × latency)", "0", &s.RedisPoolSize},
+		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", "200", &s.RedisLeaseRate},
+		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains)", "50ms", &s.RedisLeaseSpan},
 		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
 		{"redis-read-timeout", "timeout of one Redis socket read", "500ms", &s.RedisRead},
 		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
@@ -385,6 +389,12 @@ func (s *settings) validate() error {
 	}
 	if s.GRPCClientCA != "" && s.GRPCTLSCert == "" {
 		return errors.New("--grpc-client-ca: mTLS needs --grpc-tls-cert and --grpc-tls-key")
+	}
+	if s.RedisLeaseRate < 0 {
+		return fmt.Errorf("--redis-lease-rate: %d must be 0 (off) or more", s.RedisLeaseRate)
+	}
+	if s.RedisLeaseSpan <= 0 {
+		return fmt.Errorf("--redis-lease-span: %v must be positive", s.RedisLeaseSpan)
 	}
 	if s.RedisPoolSize < 0 {
 		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) or more", s.RedisPoolSize)

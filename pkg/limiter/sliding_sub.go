@@ -16,10 +16,11 @@ import "math"
 // sub-window leaves the estimate N+1 boundaries on.
 //
 // State: At is j, Slots the counts of sub-windows j-N .. j, oldest first, or
-// nil when all are zero. The Lua twin keeps one hash field per sub-window
-// that holds hits (named by its index) and the field "i" for j. The counts
-// are summed in float64, oldest first, as the Lua section sums them, so that
-// both agree even beyond 2^53.
+// nil when all are zero; their total never passes MaxCount. The Lua twin
+// keeps them in one string: j, the total, and a record per sub-window that
+// holds hits. The counts are summed in float64, oldest first; with the total
+// at most MaxCount every such sum is exact, so the Lua twin's running total
+// is the same number.
 
 // subRoll returns s rolled to the sub-window of nowMs (of s ms each, n per
 // window). A state stored in a later sub-window (the clock stepped back) is
@@ -75,17 +76,28 @@ func subDecide(st State, nowMs int64, l Limit, subs int64, n uint64) (bool, int6
 	return false, (subs+1)*sub - e
 }
 
-// subConsume adds inc to the current sub-window, saturating at MaxCount, then
-// takes dec from it, never below zero: like the classic counter's, a refund
-// never touches an older sub-window (so a Cluster undo can take back exactly
-// what a call changed).
+// subConsume adds inc to the current sub-window, the total of all of them
+// saturating at MaxCount, then takes dec from it, never below zero: like the
+// classic counter's, a refund never touches an older sub-window (so a Cluster
+// undo can take back exactly what a call changed). Since the total never
+// passes MaxCount (2^52), every sum of counts is exact in float64, whatever
+// its order: the Lua twin keeps a running total instead of adding the counts
+// up on every decision.
 func subConsume(st State, subs int64, inc, dec uint64) State {
 	if inc == 0 && (dec == 0 || st.Slots == nil) {
 		return st
 	}
 	slots := make([]int64, subs+1)
 	copy(slots, st.Slots)
-	slots[subs] = int64(min(satAdd(uint64(slots[subs]), inc), MaxCount))
+	var rest uint64
+	for _, c := range slots[:subs] {
+		rest += uint64(c)
+	}
+	room := uint64(0)
+	if rest < MaxCount {
+		room = MaxCount - rest
+	}
+	slots[subs] = int64(min(satAdd(uint64(slots[subs]), inc), room))
 	slots[subs] -= int64(min(dec, uint64(slots[subs])))
 	st.Slots = nilIfZero(slots)
 	return st

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -23,10 +24,17 @@ func benchStore(b *testing.B) *Store {
 	b.Helper()
 	addr := redistest.Addr(b)
 	prefix := redistest.Prefix(b.Name())
+	if p := os.Getenv("SLUICE_BENCH_PREFIX"); p != "" {
+		// Keys kept from run to run (under callgrind: only the decisions
+		// are measured, on counters that exist).
+		prefix = p
+	}
 	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 128, ContextTimeoutEnabled: true, MaxRetries: -1})
 	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second})
 	b.Cleanup(func() {
-		deletePrefix(b, newClient(b, addr), prefix)
+		if prefix != os.Getenv("SLUICE_BENCH_PREFIX") {
+			deletePrefix(b, newClient(b, addr), prefix)
+		}
 		_ = s.Close()
 	})
 	return s
@@ -133,7 +141,7 @@ func BenchmarkStoreApplyCluster(b *testing.B) {
 		hits  []limiter.Hit
 	}{{1, one}, {2, two}} {
 		b.Run(fmt.Sprintf("slots=%d", tc.slots), func(b *testing.B) {
-			if groups, _ := s.split(tc.hits, ""); len(groups) != tc.slots {
+			if groups, _ := s.split(tc.hits); len(groups) != tc.slots {
 				b.Fatalf("the request spans %d slots, want %d", len(groups), tc.slots)
 			}
 			ctx := context.Background()
@@ -146,3 +154,49 @@ func BenchmarkStoreApplyCluster(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScriptBatch is the script alone: one call deciding batch
+// single-hit requests on distinct counters (20,000 of them, cycling), for
+// the default sliding window (50 sub-windows), the classic one and the
+// fixed window. Run it against a Redis under callgrind
+// (RLS_TEST_REDIS_ADDR) to count Redis's instructions per decision.
+func BenchmarkScriptBatch(b *testing.B) {
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_KEYS")); err == nil {
+		benchKeys = v
+	}
+	algs := map[string]limiter.Limit{
+		"sw50":  {Requests: 1 << 40, Window: time.Minute, SubWindows: 50},
+		"sw1":   {Requests: 1 << 40, Window: time.Minute},
+		"fixed": {Requests: 1 << 40, Window: time.Minute, Algorithm: limiter.FixedWindow},
+	}
+	for _, name := range []string{"sw50", "sw1", "fixed"} {
+		for _, batch := range []int{1, 8, 32} {
+			b.Run(fmt.Sprintf("%s/batch=%d", name, batch), func(b *testing.B) {
+				s := benchStore(b)
+				if err := s.Warm(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					ps := make([]*pending, batch)
+					for i := range ps {
+						h := limiter.Hit{Key: strconv.Itoa(n % benchKeys), Limit: algs[name], Hits: 1}
+						n++
+						gs, _ := s.split([]limiter.Hit{h})
+						ps[i] = &pending{e: gs[0].e}
+					}
+					for _, err := range runEntries(context.Background(), s.node.c, s.node.caller, "", ps) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
+	}
+}
+
+// benchKeys is how many counters BenchmarkScriptBatch cycles through.
+var benchKeys = 20000

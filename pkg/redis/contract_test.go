@@ -30,7 +30,7 @@ func TestStoreContractCluster(t *testing.T) {
 	})
 }
 
-func TestWarmLoadsScript(t *testing.T) {
+func TestWarmLoadsLibrary(t *testing.T) {
 	srv := redistest.Start(t)
 	st, err := Open(Settings{URL: "redis://" + srv.Addr() + "/0"}, nil)
 	if err != nil {
@@ -40,12 +40,12 @@ func TestWarmLoadsScript(t *testing.T) {
 	if err := st.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := redistest.Do(srv.Addr(), "SCRIPT", "EXISTS", script.Hash())
+	got, err := redistest.Do(srv.Addr(), "FUNCTION", "LIST", "LIBRARYNAME", libName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := got.([]any); len(l) != 1 || l[0] != int64(1) {
-		t.Errorf("SCRIPT EXISTS after Warm = %v, want [1]", got)
+	if l, _ := got.([]any); len(l) != 1 {
+		t.Errorf("FUNCTION LIST LIBRARYNAME %s after Warm = %v, want the library", libName, got)
 	}
 	srv.Stop()
 	if err := st.Warm(context.Background()); !errors.Is(err, limiter.ErrStoreUnavailable) {

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -43,25 +45,16 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 	key := counterKey(prefix, limiter.Hit{Key: id.key, Limit: id.limit()})
 	switch {
 	case id.alg == limiter.SlidingWindow && id.sub > 1:
-		m, err := c.HGetAll(ctx, key).Result()
+		v, err := c.Get(ctx, key).Result()
+		if errors.Is(err, goredis.Nil) {
+			return limiter.State{}, false
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(m) == 0 {
-			return limiter.State{}, false
-		}
-		at, _ := strconv.ParseInt(m["i"], 10, 64)
-		st := limiter.State{At: at, Slots: make([]int64, id.sub+1)}
-		for f, v := range m {
-			idx, err1 := strconv.ParseInt(f, 10, 64)
-			n, err2 := strconv.ParseInt(v, 10, 64)
-			if f == "i" || err1 != nil || err2 != nil || idx < at-id.sub || idx > at {
-				if f != "i" {
-					t.Fatalf("sub-window counter %s holds field %q = %q", key, f, v)
-				}
-				continue
-			}
-			st.Slots[idx-(at-id.sub)] = n
+		st, err := parsePacked(v, id.sub)
+		if err != nil {
+			t.Fatalf("sub-window counter %s: %v", key, err)
 		}
 		return st, true
 	case id.alg == limiter.SlidingWindow || id.alg == limiter.FixedWindow:
@@ -98,6 +91,33 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 	}
 	t.Fatalf("readState: no reader for algorithm %v", id.alg)
 	return limiter.State{}, false
+}
+
+// parsePacked reads the packed string of a sliding window of n sub-windows
+// (limiter.lua): the sub-window at, the total and one record (index modulo
+// 256, count) per sub-window holding hits, newest first. It checks that the
+// total is their sum and that every record is in at-n..at, in order.
+func parsePacked(v string, n int64) (limiter.State, error) {
+	if len(v) < 16+9 || (len(v)-16)%9 != 0 {
+		return limiter.State{}, fmt.Errorf("%d bytes: want a 16-byte head and 9-byte records", len(v))
+	}
+	f := func(off int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[off : off+8]))) }
+	at, total := int64(f(0)), int64(f(8))
+	st := limiter.State{At: at, Slots: make([]int64, n+1)}
+	sum, last := int64(0), at+1
+	for off := 16; off < len(v); off += 9 {
+		idx := at - (at-int64(v[off]))&255
+		c := int64(f(off + 1))
+		if idx < at-n || idx >= last || c <= 0 {
+			return limiter.State{}, fmt.Errorf("record of sub-window %d (count %d) after %d, at %d", idx, c, last, at)
+		}
+		st.Slots[idx-(at-n)] = c
+		sum, last = sum+c, idx
+	}
+	if sum != total {
+		return limiter.State{}, fmt.Errorf("total %d, records sum to %d", total, sum)
+	}
+	return st, nil
 }
 
 // stateTTL is the TTL the script sets on a counter it writes with state s at
@@ -167,6 +187,26 @@ func sameState(a, b limiter.State) bool {
 // counter is then reset to zero, as Redis's was.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []int32{modeFunction, modeEval} {
+		t.Run(map[int32]string{modeFunction: "function", modeEval: "eval"}[mode], func(t *testing.T) {
+			t.Parallel()
+			differential(t, mode, 1)
+		})
+	}
+}
+
+// TestDifferentialBatch is TestDifferential with several requests (1 to 6)
+// decided by one script call, as concurrent decisions share one: each must
+// get what limiter.Evaluate gives when the requests come one after another
+// at the same instant.
+func TestDifferentialBatch(t *testing.T) {
+	t.Parallel()
+	differential(t, modeFunction, 6)
+}
+
+// differential runs TestDifferential's steps with the script called as
+// mode, each step one script call deciding 1 to batch requests.
+func differential(t *testing.T, mode int32, batch int) {
 	seed := *diffSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -177,10 +217,14 @@ func TestDifferential(t *testing.T) {
 	var simNow atomic.Int64
 	simNow.Store(1_700_000_000_123)
 	s, c := newTestStore(t, Options{Now: func() time.Time { return time.UnixMilli(simNow.Load()) }})
+	s.caller.mode.Store(mode)
+	if err := s.caller.load(context.Background(), s.node.c); err != nil {
+		t.Fatal(err)
+	}
 	m := &diffModel{t: t, c: c, prefix: s.prefix, states: map[identity]limiter.State{}, written: map[identity]diffWrite{}}
 
-	const steps = 4000
-	admittedN, quotaDenied, quotaOverAdmitted := 0, 0, 0
+	steps := 4000 / (1 + batch/3) // a batch decides 3.5 requests on average
+	requests, admittedN, quotaDenied, quotaOverAdmitted := 0, 0, 0, 0
 	for step := range steps {
 		switch r := rng.IntN(100); {
 		case r < 50:
@@ -192,39 +236,73 @@ func TestDifferential(t *testing.T) {
 		default:
 			simNow.Add(-rng.Int64N(100)) // a clock that steps back
 		}
-		hits := randomRequest(rng)
-		m.checkAll(step, hits)
+		reqs := make([][]limiter.Hit, 1+rng.IntN(batch))
+		for i := range reqs {
+			reqs[i] = randomRequest(rng)
+			m.checkAll(step, reqs[i])
+		}
 		nowMs := simNow.Load()
 		before := time.Now()
-		got, err := s.Apply(context.Background(), hits)
-		if err != nil {
-			t.Fatalf("step %d: Apply: %v", step, err)
-		}
-		next, admitted := m.expect(step, nowMs, hits, got)
-		for i, h := range hits {
-			switch {
-			case !h.Quota || h.Shadow || h.Refund || got[i].Allowed:
-			case got[i].OverLimit:
-				quotaDenied++
-			case admitted:
-				quotaOverAdmitted++
+		got := decideAll(t, s, nowMs, reqs)
+		for r, hits := range reqs {
+			requests++
+			next, admitted := m.expect(step, nowMs, hits, got[r])
+			for i, h := range hits {
+				switch {
+				case !h.Quota || h.Shadow || h.Refund || got[r][i].Allowed:
+				case got[r][i].OverLimit:
+					quotaDenied++
+				case admitted:
+					quotaOverAdmitted++
+				}
 			}
+			if admitted {
+				admittedN++
+			}
+			m.record(hits, next, nowMs, before, admitted)
 		}
-		if admitted {
-			admittedN++
+		for _, hits := range reqs {
+			m.checkAll(step, hits)
 		}
-		m.record(hits, next, nowMs, before, admitted)
-		m.checkAll(step, hits)
 	}
-	t.Logf("%d steps, %d admitted, %d counters expired by TTL meanwhile; quota hits over limit: %d denying, %d in admitted requests",
-		steps, admittedN, m.expired, quotaDenied, quotaOverAdmitted)
-	if admittedN == 0 || admittedN == steps {
-		t.Errorf("%d of %d requests admitted: the random mix does not exercise both outcomes", admittedN, steps)
+	t.Logf("%d steps, %d requests, %d admitted, %d counters expired by TTL meanwhile; quota hits over limit: %d denying, %d in admitted requests",
+		steps, requests, admittedN, m.expired, quotaDenied, quotaOverAdmitted)
+	if admittedN == 0 || admittedN == requests {
+		t.Errorf("%d of %d requests admitted: the random mix does not exercise both outcomes", admittedN, requests)
 	}
 	if quotaDenied == 0 || quotaOverAdmitted == 0 {
 		t.Errorf("quota hits over limit: %d denying, %d admitted by their group: the random mix does not exercise quota groups",
 			quotaDenied, quotaOverAdmitted)
 	}
+}
+
+// decideAll decides reqs at nowMs: one request through Store.Apply (the
+// whole path), several in one script call (one entry each), and returns
+// their Results.
+func decideAll(t *testing.T, s *Store, nowMs int64, reqs [][]limiter.Hit) [][]limiter.Result {
+	t.Helper()
+	if len(reqs) == 1 {
+		got, err := s.Apply(context.Background(), reqs[0])
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		return [][]limiter.Result{got}
+	}
+	groups := make([]*group, len(reqs))
+	es := make([]*entry, len(reqs))
+	for r, hits := range reqs {
+		gs, _ := s.split(hits)
+		groups[r], es[r] = gs[0], gs[0].e
+	}
+	runAt(t, s, nowMs, es...)
+	out := make([][]limiter.Result, len(reqs))
+	for r, g := range groups {
+		g.replied, g.admitted = true, g.e.admitted
+		out[r] = make([]limiter.Result, len(reqs[r]))
+		fill(out[r], g, g.admitted)
+		limiter.MarkOverLimit(reqs[r], out[r])
+	}
+	return out
 }
 
 // randomRequest returns 1 to 4 random hits on a few keys and windows, with

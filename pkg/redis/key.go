@@ -24,8 +24,9 @@ const MaxPlainKey = 256
 //	prefix "{" algorithm ":" window_ms ":h:" hex(sha256(Key)) "}" otherwise
 //
 // for example "sluice:{sw:60000:k:\x03api...}". algorithm is the
-// algorithm's code, followed for a sliding window of N > 1 sub-windows by N
-// ("sw20"), since N is part of the counter's identity and of its layout. The braces are the Cluster
+// algorithm's code, followed for a sliding window of N > 1 sub-windows by
+// packedSubWindows and N ("swp20"), since N is part of the counter's
+// identity and of its layout. The braces are the Cluster
 // hash tag: it holds the whole counter identity (Key, window, algorithm), so a
 // counter is one slot. escaped replaces "%" with "%25" and "}" with "%7D" and
 // keeps every other byte (binary safe), so no "}" appears inside the tag and
@@ -44,6 +45,7 @@ func counterKey(prefix string, h limiter.Hit) string {
 	b.WriteByte('{')
 	b.WriteString(algorithmCode(h.Limit.Algorithm))
 	if n := h.Limit.SubWindowCount(); n > 1 {
+		b.WriteString(packedSubWindows)
 		b.Write(strconv.AppendInt(make([]byte, 0, 2), n, 10))
 	}
 	b.WriteByte(':')
@@ -85,6 +87,12 @@ func escapedLen(s string) int {
 	}
 	return n
 }
+
+// packedSubWindows marks the keys of sliding windows of N > 1 sub-windows in
+// their packed layout (one string: limiter.lua's sliding_window section):
+// "swp50". The hash layout they replaced was "sw50": its keys are ignored
+// (not read, not written) and expire by their TTL, within two windows.
+const packedSubWindows = "p"
 
 // algorithmCodes spells each algorithm inside keys, indexed by
 // limiter.Algorithm. Each algorithm has its own code, so its counters never

@@ -1,131 +1,180 @@
 -- limiter.lua: every algorithm of pkg/limiter in one script, the Lua twin of
--- limiter.Evaluate. One call decides one request (or, on a Cluster, the part
--- of it in one slot), each hit by its own algorithm, so a request that mixes
--- algorithms is still one atomic step. Each algorithm is a section below with
--- the steps of its Go file, doing the same float64 operations in the same
--- order (every Lua number is a double), so both give the same answers bit for
--- bit; a differential test checks it.
+-- limiter.Evaluate. One call decides a batch: several independent requests
+-- (entries) that concurrent decisions of one Sluice instance share, each all
+-- or nothing on its own, one after another, as if each were its own call at
+-- the same instant. Each hit is decided by its own algorithm's section, which
+-- does the same float64 operations in the same order as its Go file (every
+-- Lua number is a double), so both twins give the same answers bit for bit; a
+-- differential test checks it, one request per call and several.
 --
 -- Atomic: Redis runs a script to completion with no other command in
--- between, so reading, deciding and writing every counter of the request is
--- one indivisible step, whichever service instance sends it. Every key the
+-- between, so every entry reads, decides and writes its counters as one
+-- indivisible step, whichever service instance sends it. Every key the
 -- script touches is in KEYS, and all KEYS share one Cluster slot (the caller
--- groups them).
+-- batches per slot).
 --
--- Numbers are written with %d, exact for whole numbers below 2^63 (Lua's own
--- tostring keeps 14 digits only). Every write sets the key's TTL in the same
--- call, and a counter whose state becomes empty is deleted, so no key exists
--- without a TTL. A denied request writes nothing.
+-- Loaded as a library (FUNCTION LOAD, Redis 7+) and called by FCALL, its
+-- functions are created once, at load; run by EVALSHA (older Redis, or when
+-- FUNCTION is refused), the whole file runs on every call. pkg/redis adds the
+-- first line of the library (its name) or the last line of the script
+-- (return run(KEYS, ARGV)). Either way a call pays for what it runs, so the
+-- hot path avoids calls into C (each costs about as much as twenty Lua
+-- instructions): the arguments and the reply are binary strings read and
+-- written by struct, flags are read with %, and the counters of a batch are
+-- each read once and written once.
 --
--- Mode "a" (apply): evaluate every hit of one request and consume only if the
--- request is admitted: no enforced (non-shadow, non-refund) hit outside the
--- quota group is denied, and the quota group, if it has enforced hits, has
--- one that is allowed (limiter.MarkOverLimit).
---   KEYS      the distinct counters the request touches.
---   ARGV[1]   "a".
---   ARGV[2]   now in Unix ms, or "" to use Redis TIME (production: every
---             service instance then agrees on one clock).
---   then KEY_ARGS (3) per key, in KEYS order: the algorithm (the number of
+-- Clock: one now for the whole batch, Redis TIME unless ARGV[1] gives one
+-- (tests only). A counter's state is read on the batch's first use of it,
+-- rolled to now once, changed in memory by each entry in turn, and written
+-- at the end if it changed, with the TTL of its expiry (at most two windows
+-- away); a state that becomes empty is deleted, so no key exists without a
+-- TTL. What a denied entry sees is never written (overdraw hits aside). The
+-- logs (sliding_log, concurrency) are sorted sets, changed in place.
+--
+-- Arguments (all numbers little-endian; d a double, exact for whole numbers
+-- below 2^53; every count and time is whole):
+--   KEYS      every key of the batch, once each: counters, and the markers
+--             of undo entries.
+--   ARGV[1]   now in Unix ms, or "" for Redis TIME (production: every
+--             instance then agrees on one clock).
+--   ARGV[2]   per key, in KEYS order, '<BdB': the algorithm (the number of
 --             limiter.Algorithm: 0 sliding_window, 1 token_bucket,
---             2 fixed_window, 3 sliding_log, 4 concurrency), the window in
---             ms, and the sub-windows (limiter.Limit.SubWindowCount: 1 or
---             more for sliding_window, 0 for the others).
---   then HIT_ARGS (5) per hit: key index (1-based into KEYS), requests,
---             burst (a token bucket's capacity, 0 for the others), hits,
---             flags: 1 refund, 2 shadow, 4 exceeds (the largest non-refund
---             hits on that key > the limit's Capacity, compared in Go on
---             uint64 because doubles cannot), 8 quota, 16 overdraw (the
---             hit is allowed while one more hit fits, and its key grows by
---             the largest overdraw hits even when the request is denied).
---   Reply     {admitted (0/1), now_ms,
---              then REPLY_HIT (7) per hit: allowed (0/1), exceeds (0/1),
---                retry_after_ms, remaining_if_denied, reset_after_ms_if_denied,
---                remaining_if_admitted, reset_after_ms_if_admitted,
---              then REPLY_KEY (2) per key: an undo token (u1, u2) that mode
---                "u" takes to take back this call's consumption of the key;
---                u2 = 0 when there is nothing to take back}.
---             A remaining of 2^63 or more is a string (%.0f), since a Redis
---             integer reply is an int64; smaller ones are integers. The "if
---             denied" pair describes the counters unchanged (also what a
---             denied request reports), the "if admitted" pair after
---             consumption; the caller picks one, because in a Cluster another
---             slot's script may deny a request this one admitted.
+--             2 fixed_window, 3 sliding_log, 4 concurrency; 255 for a
+--             marker), the window in ms, the sub-windows
+--             (limiter.Limit.SubWindowCount: 1 or more for sliding_window).
+--   ARGV[3]   the entries, one after another, each '<BB' kind and count;
+--             the kind's bit 16 asks for the full reply, bit 32 says that a
+--             hit asks for a lease:
+--     kind 1 "apply": decide the request's count hits and consume only if
+--       it is admitted: no enforced (non-shadow, non-refund) hit outside the
+--       quota group is denied, and the quota group, if it has enforced hits,
+--       has one that is allowed (limiter.MarkOverLimit). Per hit
+--       '<HdddBd': key index (1-based into KEYS), requests, burst (a token
+--       bucket's capacity, 0 for the others), hits, flags (1 refund,
+--       2 shadow, 4 exceeds: the largest non-refund hits on that key are
+--       over the limit's Capacity, compared in Go on uint64 because doubles
+--       cannot; 8 quota; 16 overdraw: the hit is allowed while one more hit
+--       fits, and its key grows by the largest overdraw hits even when the
+--       request is denied), lease: permits asked beyond the hits (see
+--       below).
+--     kind 2 "check": as apply, but writes only what overdraw hits consume
+--       (as a denied apply does); admitted says whether apply would have
+--       admitted, and every token is 0, 0. For the slots of a Cluster
+--       request that another slot already denied.
+--     kind 3 "undo": take back what an admitting apply consumed (a Cluster
+--       request another slot denied), or a lease's unspent permits.
+--       '<Hd' the index of its marker key (0: none) and the marker's TTL
+--       in ms, then per counter '<Hdd' key index and the token (u1, u2)
+--       that the apply's reply gave. With a marker it is idempotent: the
+--       first run sets the marker, a retry (its reply lost) changes nothing.
+--   Reply     one binary string: '<d' now, then per entry:
+--     apply, check, full: '<B' admitted, then per hit '<Bddddd': bits
+--       (1 allowed, 2 exceeds), retry_after_ms, remaining and
+--       reset_after_ms if denied, remaining and reset_after_ms if admitted;
+--       then per key of the entry, in the order of its first hit, '<ddd':
+--       the undo token (u1, u2; u2 = 0 when there is nothing to take back)
+--       and the permits leased. The "if denied" pair describes the counters
+--       as the entry found them (also what a denied request reports), the
+--       "if admitted" pair after its consumption; the caller picks one,
+--       because in a Cluster another slot's script may deny a request this
+--       one admitted.
+--     apply, short (a request in one slot: the entry's outcome is the
+--       request's): '<B' admitted, then per hit '<Bddd': bits,
+--       retry_after_ms and the pair of the outcome; then, if a hit asked
+--       for a lease, per key '<dd': u1 and the permits leased.
+--     undo: '<d' the number of counters changed, or -1 when the marker
+--       existed: this undo already ran.
 --
--- Mode "c" (check): as "a" but writes only what overdraw hits consume (as a
--- denied "a" call does); the reply's admitted says whether "a" would have
--- admitted, and every token is 0, 0. For the slots of a Cluster request that
--- another slot already denied.
+-- Leases (hot keys): an apply hit may ask for lease permits beyond its hits.
+-- When the entry is admitted, its key's algorithm leases (sliding_window,
+-- fixed_window) and the hit is its key's only hit, the counter grows by
+-- g = min(lease, floor(remaining / 2)) more, counted in the current
+-- (sub-)window like the hits; the reply gives g, and u1 names that window,
+-- so the caller knows until when the permits may be spent (the end of that
+-- window or sub-window: then every permit spent is a hit inside the
+-- (sub-)window that counted it, and no window ever holds more than the
+-- algorithm admits) and how to give back the unspent ones (an undo of u1,
+-- unspent). Remaining and reset describe the counter before the lease.
 --
--- Mode "u" (undo): take back what an admitting "a" call consumed, when the
--- request was denied by a script on another Cluster slot. Idempotent: the
--- caller names each undo by a marker key, which the first run creates, so a
--- retried undo (its reply lost to a deadline after it ran) changes nothing.
---   KEYS      the keys of that call, then the marker: a key of the same
---             slot (the first key's name, ":u:" and an id unique to the
---             undo).
---   ARGV[1]   "u".
---   ARGV[2]   now in Unix ms or "" (as above).
---   ARGV[3]   the marker's TTL in ms: how long a retry is recognised.
---   then UNDO_ARGS (5) per counter key: algorithm, window ms,
---             sub-windows, and the key's token (u1, u2) from the "a" reply.
---   Reply     the number of counters changed, or -1 when the marker
---             exists: this undo already ran.
---
--- An algorithm's section defines these functions, on its state (at, n1, n2:
--- limiter.State's At, N1, N2, or what the section says), with w the window
--- in ms, L the requests and B the burst of a hit (of the key's first hit in
--- write) and N the key's sub-windows (for the logs: 1 when a refund
--- releases the oldest entries, 0 the newest):
---   read(key, w, N) -> at, n1, n2, exists, rat, rn1, rn2
---       the stored state (0, 0, 0 when there is none) and the state rolled to
---       now (the Go twin's roll);
---   decide(at, n1, n2, w, L, n, B, N) -> ok, retry_ms
---   write(key, w, L, at, n1, n2, inc, dec, oat, on1, on2, exists, B, N)
---       -> at, n1, n2, u1, u2
---       consume (the Go twin's consume) and store the result over the stored
---       state: only what changed, with the TTL of its expiry (at most two
---       windows away), or delete an empty state; u1, u2 is the undo token;
---   report(at, n1, n2, w, L, allowed, B, N) -> remaining (0 unless
---       allowed), reset_after_ms (the Go twin's report);
---   undo(key, w, u1, u2, N) -> 1 when it changed the counter, else 0
--- and registers them in the algorithms table after the sections, under its
--- limiter.Algorithm number.
---
--- Cost: Redis runs the script's body on every call, so every function it
--- defines is created anew each time, with an allocation per local it
--- captures, and every table is garbage after it. Hence few functions (the Go
--- twin's steps grouped per phase), code inline rather than in small helpers,
--- math.* used directly rather than captured, and few tables: measured in
--- instructions per call (callgrind), each of these costs more than it saves.
+-- An algorithm's section implements, on its state (s1, s2, s3: limiter.State's
+-- At, N1, N2, or what the section says), with w the window in ms, L the
+-- requests and B the burst of a hit (the key's first hit in consume) and N
+-- the key's sub-windows (for the logs: 1 when a refund releases the oldest
+-- entries, 0 the newest):
+--   load(key, w, N) -> o1, o2, o3, exists: the stored state (0, 0, 0 for
+--     none);
+--   roll(o1, o2, o3, w, N) -> s1, s2, s3: the state at now (the Go twin's
+--     roll);
+--   decide(s1, s2, s3, w, L, n, B, N) -> ok, retry_ms;
+--   consume(key, s1, s2, s3, w, L, inc, dec, B, N) -> s1, s2, s3, u1, u2:
+--     the Go twin's consume, and the undo token;
+--   report(s1, s2, s3, w, L, allowed, B, N) -> remaining (0 unless allowed),
+--     reset_after_ms (the Go twin's report);
+--   store(key, w, N, s1, s2, s3, o1, o2, o3, exists): write s over o, only
+--     what changed, with its TTL, or delete an empty state;
+--   undo(key, s1, s2, s3, w, N, u1, u2) -> s1, s2, s3, changed (0 or 1)
+-- and is registered in ALG after the sections, under its limiter.Algorithm
+-- number.
 
 local MAX = 4503599627370496 -- limiter.MaxCount, 2^52: counts stay exact doubles
-local KEY_ARGS, HIT_ARGS, UNDO_ARGS = 3, 5, 5
 local MAXLOG = 1000 -- limiter.MaxLogRequests
+local TOMB = 1000
+local MARKER = 255
 
-local mode = ARGV[1]
-local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-else
-  -- Needed before writing after a non-deterministic command on Redis < 5;
-  -- a no-op (deprecated) on 7.
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The library functions the hot path calls, bound by run on its first call
+-- (a library being loaded may not touch struct).
+local spack, sunpack, floor, min, max, fmt, sub, byte
+
+-- now is the batch's clock, set by run.
+local now = 0
+
+-- ZEROS is a list of zeros that run copies to make its tables at their size.
+local ZEROS = {}
+
+-- windex is floor(now / w), exact even when the double division rounds.
+local function windex(w)
+  local idx = floor(now / w)
+  local e = now - idx * w
+  if e < 0 then
+    return idx - 1
+  elseif e >= w then
+    return idx + 1
+  end
+  return idx
+end
+
+-- idiv is floor(a / b) for whole a >= 0 and b > 0 below 2^53, exact even
+-- where the double division rounds (the Go twins divide in integers).
+local function idiv(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    return q - 1
+  elseif r >= b then
+    return q + 1
+  end
+  return q
 end
 
 ------------------------------------------------------------------------------
--- sliding_window (limiter.SlidingWindow = 0; pkg/limiter/sliding.go).
--- State: at = window index i, n1 = cur (hits in window i), n2 = prev (hits in
+-- sliding_window, one sub-window (limiter.SlidingWindow = 0; sliding.go).
+-- State: s1 = window index i, s2 = cur (hits in window i), s3 = prev (hits in
 -- window i-1); one hash per counter with fields i, c and p (a missing c or p
 -- is 0). e, the part of window i that has passed, is 0 when window i starts
 -- later than now (the clock stepped back).
 
--- save writes (i, c, p) over the stored (oi, oc, op, exists): only the fields
--- that changed, then the TTL when ttl is given (HSET keeps an existing one);
--- an empty state is deleted. Numbers are written with %d: exact below 2^63
--- and about twice as fast as %.0f.
-local function slidingSave(key, i, c, p, ttl, oi, oc, op, exists)
+local function hashLoad(key)
+  local v = redis.call('HMGET', key, 'i', 'c', 'p')
+  if v[1] then
+    return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
+  end
+  return 0, 0, 0, false
+end
+
+-- hashSave writes (i, c, p) over the stored (oi, oc, op, exists): only the
+-- fields that changed, then the TTL (HSET keeps an existing one); an empty
+-- state is deleted. %d is exact below 2^63.
+local function hashSave(key, i, c, p, ttl, oi, oc, op, exists)
   if c == 0 and p == 0 then
     if exists then
       redis.call('DEL', key)
@@ -135,51 +184,36 @@ local function slidingSave(key, i, c, p, ttl, oi, oc, op, exists)
   local args = { 'HSET', key }
   if not exists or i ~= oi then
     args[#args + 1] = 'i'
-    args[#args + 1] = string.format('%d', i)
+    args[#args + 1] = fmt('%d', i)
   end
   if c ~= oc then
     args[#args + 1] = 'c'
-    args[#args + 1] = string.format('%d', c)
+    args[#args + 1] = fmt('%d', c)
   end
   if p ~= op then
     args[#args + 1] = 'p'
-    args[#args + 1] = string.format('%d', p)
+    args[#args + 1] = fmt('%d', p)
   end
   if #args > 2 then
     redis.call(unpack(args))
   end
-  if ttl then
-    redis.call('PEXPIRE', key, string.format('%d', ttl))
-  end
+  redis.call('PEXPIRE', key, fmt('%d', ttl))
 end
 
--- read is load and roll: a state stored in a later window than now's (a
--- failover to a host whose clock is behind) is kept, seen from the start of
--- its window. The window index is floor(now / w), made exact in integers even
--- when the double division rounds.
-local function slidingRead(key, w)
-  local v = redis.call('HMGET', key, 'i', 'c', 'p')
-  local i, c, p, exists = 0, 0, 0, false
-  if v[1] then
-    i, c, p, exists = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
-  end
-  local idx = math.floor(now / w)
-  local e = now - idx * w
-  if e < 0 then
-    idx = idx - 1
-  elseif e >= w then
-    idx = idx + 1
-  end
+-- roll: a state stored in a later window than now's (a failover to a host
+-- whose clock is behind) is kept, seen from the start of its window.
+local function swRoll(i, c, p, w)
+  local idx = windex(w)
   if i == idx or (i > idx and (c ~= 0 or p ~= 0)) then
-    return i, c, p, exists, i, c, p
+    return i, c, p
   elseif i == idx - 1 then
-    return i, c, p, exists, idx, 0, c
+    return idx, 0, c
   end
-  return i, c, p, exists, idx, 0, 0
+  return idx, 0, 0
 end
 
 -- decide: admit iff p*(W-E) + (c+n)*W <= L*W.
-local function slidingDecide(at, cur, prev, w, L, n)
+local function swDecide(at, cur, prev, w, L, n)
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -190,43 +224,34 @@ local function slidingDecide(at, cur, prev, w, L, n)
   end
   if cur + n <= L and p > 0 then
     -- Still in this window: the first e' with p*(W-e') <= (L-c-n)*W.
-    local need = W - math.floor(((L - cur) - n) * W / p)
+    local need = W - floor(((L - cur) - n) * W / p)
     if need < W then
-      return false, math.max(need - E, 1)
+      return false, max(need - E, 1)
     end
   end
   -- In the next window c becomes p.
   local need = 0
   if cur > 0 then
-    need = math.max(W - math.floor((L - n) * W / cur), 0)
+    need = max(W - floor((L - n) * W / cur), 0)
   end
   return false, (w - E) + need
 end
 
--- write is consume and store: cur grows by inc, saturating at MAX, then
--- shrinks by dec, never below 0. The TTL is the end of window i+1, after
--- which the counter is empty (limiter's expires), at most two windows from
--- now. The undo token is the window index and the hits added to cur.
-local function slidingWrite(key, w, L, i, cur, prev, inc, dec, oi, oc, op, exists)
-  local c = math.min(cur + inc, MAX)
+-- consume: cur grows by inc, saturating at MAX, then shrinks by dec, never
+-- below 0. The undo token is the window index and the hits added to cur.
+local function swConsume(_, i, cur, prev, _, _, inc, dec)
+  local c = min(cur + inc, MAX)
   if dec >= c then
     c = 0
   else
     c = c - dec
-  end
-  if i ~= oi or c ~= oc or prev ~= op then
-    local e = now - i * w
-    if e < 0 then
-      e = 0
-    end
-    slidingSave(key, i, c, prev, 2 * w - e, oi, oc, op, exists)
   end
   return i, c, prev, i, c - cur
 end
 
 -- report is remaining (floor(L - estimate), at least 0; computed only for an
 -- allowed hit) and resetAfter.
-local function slidingReport(at, cur, prev, w, L, allowed)
+local function swReport(at, cur, prev, w, L, allowed)
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -241,239 +266,223 @@ local function slidingReport(at, cur, prev, w, L, allowed)
     return 0, reset
   end
   local W = w
-  local r = math.floor(((L * W - prev * (W - E)) - cur * W) / W)
+  local r = floor(((L * W - prev * (W - E)) - cur * W) / W)
   if r <= 0 then
     return 0, reset
   end
   return r, reset
 end
 
--- undo subtracts delta from c while the window index is unchanged, from p once
--- the window rolled once, and drops it after that (the counter no longer
--- holds it). A counter that a refund had deleted is recreated with a TTL.
-local function slidingUndo(key, w, idx, delta)
-  if delta == 0 then
-    return 0
+-- store: the TTL is the end of window i+1, after which the counter is empty
+-- (limiter's expires), at most two windows from now.
+local function swStore(key, w, _, i, c, p, oi, oc, op, exists)
+  if i == oi and c == oc and p == op and exists then
+    return
   end
-  local v = redis.call('HMGET', key, 'i', 'c', 'p')
-  local exists = v[1] ~= false
-  local i, c, p = idx, 0, 0
-  if exists then
-    i, c, p = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local e = now - i * w
+  if e < 0 then
+    e = 0
   end
-  local oi, oc, op = i, c, p
-  if i == idx then
-    c = math.min(math.max(c - delta, 0), MAX)
-  elseif i == idx + 1 then
-    p = math.min(math.max(p - delta, 0), MAX)
-  else
-    return 0
-  end
-  if exists then
-    slidingSave(key, i, c, p, nil, oi, oc, op, true)
-    return 1
-  end
-  local ttl = (idx + 2) * w - now
-  if ttl > 0 then
-    slidingSave(key, i, c, p, ttl, oi, oc, op, false)
-    return 1
-  end
-  return 0
+  hashSave(key, i, c, p, 2 * w - e, oi, oc, op, exists)
 end
 
--- idiv is floor(a / b) for whole a >= 0 and b > 0 below 2^53, exact even
--- where the double division rounds (the Go twins divide in integers).
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    return q - 1
-  elseif r >= b then
-    return q + 1
+-- undo subtracts delta from c while the window index is unchanged, from p
+-- once the window rolled once, and drops it after that (the counter no
+-- longer holds it).
+local function swUndo(_, i, c, p, _, _, idx, delta)
+  if delta == 0 then
+    return i, c, p, 0
   end
-  return q
+  if i == idx then
+    return i, min(max(c - delta, 0), MAX), p, 1
+  elseif i == idx + 1 then
+    return i, c, min(max(p - delta, 0), MAX), 1
+  end
+  return i, c, p, 0
 end
 
 ------------------------------------------------------------------------------
--- sliding_window with N > 1 sub-windows (pkg/limiter/sliding_sub.go). One
--- hash per counter: field "i" the sub-window index j = floor(now / s) with
--- s = w / N, and one field per sub-window holding hits, named by its index.
--- The rolled state is at = j, n1 = the counts of sub-windows j-N .. j, oldest
--- first, as an array of N+1 (n2 unused). read returns the stored fields as
--- "on1" so that write changes only what differs.
+-- sliding_window with N > 1 sub-windows (sliding_sub.go). The sub-window
+-- index is j = floor(now / s) with s = w / N. One string per counter: '<dd'
+-- at (the sub-window of the state, s1) and the total of its counts (s2),
+-- then one '<Bd' record per sub-window holding hits, newest first: its
+-- index modulo 256 and its count. In memory s3 is that whole string, its
+-- head always up to date ('' for an empty state), so that the common step,
+-- the current sub-window growing, rewrites the head and the newest record
+-- in one piece and store writes s3 as it is. The records span at most
+-- N + 1 <= 61 sub-windows, at - N .. at, so the index of a record with byte
+-- b is at - (at - b) % 256. The total is never more than MAX (consume
+-- saturates it), so it is exact, and equal to the Go twin's sum oldest
+-- first.
 
-local function subRead(key, w, N)
-  local s = w / N
-  local v = redis.call('HGETALL', key)
-  local i, fields, exists = 0, {}, #v > 0
-  for x = 1, #v, 2 do
-    if v[x] == 'i' then
-      i = tonumber(v[x + 1])
-    else
-      fields[tonumber(v[x])] = tonumber(v[x + 1])
-    end
+-- parse reads a stored string (false: none); run reads every such key of
+-- the batch with one MGET (see prefetch), load one alone.
+local function subParse(v)
+  if not v then
+    return 0, 0, '', false
   end
-  local j = math.floor(now / s)
-  local e = now - j * s
-  if e < 0 then
-    j = j - 1
-  elseif e >= s then
-    j = j + 1
-  end
-  local held = false
-  for _, c in pairs(fields) do
-    if c ~= 0 then
-      held = true
-    end
-  end
-  local at = j
-  if i == j or (i > j and held) then
-    at = i
-  elseif i > j or j - i > N then
-    held = false
-  end
-  local arr = {}
-  for m = 1, N + 1 do
-    arr[m] = held and fields[at - N + m - 1] or 0
-  end
-  return i, fields, 0, exists, at, arr, 0
+  local at, total = sunpack('<dd', v)
+  return at, total, v, true
 end
 
-local function subDecide(at, arr, _, w, L, n, _, N)
-  local s = w / N
-  local rest = 0
-  for m = 1, N + 1 do
-    rest = rest + arr[m]
+local function subLoad(key)
+  return subParse(redis.call('GET', key))
+end
+
+-- roll drops the records that left the estimate (older than j - N), from
+-- the end.
+local function subRoll(at, total, v, w, N)
+  local j = windex(w / N)
+  if at == j or (at > j and total ~= 0) then
+    return at, total, v
+  elseif total == 0 or at > j or j - at > N then
+    return j, 0, ''
   end
-  if rest + n <= L then
+  local lo, len = j - N, #v
+  while len > 16 and at - (at - byte(v, len - 8)) % 256 < lo do
+    total = total - sunpack('<d', v, len - 7)
+    len = len - 9
+  end
+  if len <= 16 then
+    return j, 0, ''
+  end
+  return j, total, spack('<dd', j, total) .. sub(v, 17, len)
+end
+
+-- decide admits n iff total + n <= L; otherwise the retry is the time until
+-- enough of the oldest sub-windows have left the estimate.
+local function subDecide(at, total, v, w, L, n, _, N)
+  if total + n <= L then
     return true, 0
   end
+  local s = w / N
   local e = now - at * s
   if e < 0 then
     e = 0
   end
-  for m = 1, N + 1 do
-    rest = rest - arr[m]
+  local rest, p = total, #v - 8
+  while p >= 17 do
+    local b, c = sunpack('<Bd', v, p)
+    rest = rest - c
     if rest + n <= L then
-      return false, m * s - e
+      return false, ((N - (at - b) % 256) + 1) * s - e
     end
+    p = p - 9
   end
   return false, (N + 1) * s - e
 end
 
--- write: the current sub-window grows by inc (saturating), then dec is
--- taken from it, never below 0. The undo token is the sub-window index and
--- what the current sub-window gained.
-local function subWrite(key, w, L, at, arr, _, inc, dec, oi, fields, _, exists, _, N)
-  local s = w / N
-  local new, held, last = {}, false, 0
-  for m = 1, N + 1 do
-    new[m] = arr[m]
+-- consume: the current sub-window (at) grows by inc, the total saturating at
+-- MAX, then shrinks by dec, never below 0. The undo token is the sub-window
+-- and what it gained.
+local function subConsume(_, at, total, v, _, _, inc, dec)
+  local cur, from = 0, 17
+  if #v > 16 and byte(v, 17) == at % 256 then
+    cur, from = sunpack('<d', v, 18), 26
   end
-  new[N + 1] = math.min(new[N + 1] + inc, MAX)
-  new[N + 1] = new[N + 1] - math.min(dec, new[N + 1])
-  for m = 1, N + 1 do
-    if new[m] ~= 0 then
-      held, last = true, m
-    end
+  local rest = total - cur
+  local c = min(cur + inc, MAX - rest)
+  if dec >= c then
+    c = 0
+  else
+    c = c - dec
   end
-  if not held then
-    if exists then
-      redis.call('DEL', key)
-    end
-    return at, new, 0, at, new[N + 1] - arr[N + 1]
+  if c == cur then
+    return at, total, v, at, 0
+  elseif c ~= 0 then
+    return at, rest + c, spack('<ddBd', at, rest + c, at % 256, c) .. sub(v, from), at, c - cur
+  elseif rest == 0 then
+    return at, 0, '', at, -cur
   end
-  local args, gone = { 'HSET', key }, { 'HDEL', key }
-  if not exists or oi ~= at then
-    args[#args + 1], args[#args + 2] = 'i', string.format('%d', at)
-  end
-  for idx, c in pairs(fields) do
-    if idx < at - N or idx > at then
-      gone[#gone + 1] = string.format('%d', idx)
-    end
-  end
-  for m = 1, N + 1 do
-    local idx = at - N + m - 1
-    local old = fields[idx] or 0
-    if new[m] ~= old then
-      if new[m] == 0 then
-        gone[#gone + 1] = string.format('%d', idx)
-      else
-        args[#args + 1], args[#args + 2] = string.format('%d', idx), string.format('%d', new[m])
-      end
-    end
-  end
-  if #args > 2 then
-    redis.call(unpack(args))
-  end
-  if #gone > 2 then
-    redis.call(unpack(gone))
-  end
-  if #args > 2 or #gone > 2 then
-    redis.call('PEXPIRE', key, string.format('%d', (at + last) * s - now))
-  end
-  return at, new, 0, at, new[N + 1] - arr[N + 1]
+  return at, rest, spack('<dd', at, rest) .. sub(v, from), at, -cur
 end
 
-local function subReport(at, arr, _, w, L, allowed, _, N)
-  local s = w / N
-  local e = now - at * s
-  if e < 0 then
-    e = 0
-  end
-  local reset, sum = 0, 0
-  for m = 1, N + 1 do
-    sum = sum + arr[m]
-    if arr[m] ~= 0 then
-      reset = m * s - e
+-- report: remaining is L - total, at least 0; the reset is the time until
+-- the newest sub-window holding hits leaves the estimate.
+local function subReport(at, total, v, w, L, allowed, _, N)
+  local reset = 0
+  if total ~= 0 then
+    local s = w / N
+    local e = now - at * s
+    if e < 0 then
+      e = 0
     end
+    reset = ((N - (at - byte(v, 17)) % 256) + 1) * s - e
   end
   if not allowed then
     return 0, reset
   end
-  local r = L - sum
+  local r = L - total
   if r <= 0 then
     return 0, reset
   end
   return r, reset
 end
 
--- undo subtracts delta from sub-window idx while the hash still holds it,
--- and puts back what a refund took from a sub-window (or a counter) that it
--- emptied, while that sub-window is still counted.
-local function subUndo(key, w, idx, delta, N)
-  if delta == 0 then
-    return 0
-  end
-  local f = string.format('%d', idx)
-  local c = tonumber(redis.call('HGET', key, f))
-  if not c then
-    local s = w / N
-    local ttl = (idx + N + 1) * s - now
-    if delta > 0 or ttl <= 0 then
-      return 0
+-- store: the TTL is when the newest sub-window holding hits leaves the
+-- estimate (limiter's subExpires).
+local function subStore(key, w, N, at, total, v, _, _, ov, exists)
+  if v == ov then
+    return
+  elseif total == 0 then
+    if exists then
+      redis.call('DEL', key)
     end
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('HSET', key, 'i', f)
-      redis.call('PEXPIRE', key, string.format('%d', ttl))
+    return
+  end
+  local newest = at - (at - byte(v, 17)) % 256
+  redis.call('SET', key, v, 'PX', (newest + N + 1) * (w / N) - now)
+end
+
+-- undo subtracts delta from sub-window idx while the estimate counts it,
+-- and puts back what a refund took from a sub-window it emptied. Rare: it
+-- decodes and encodes every record.
+local function subUndo(_, at, total, v, _, N, idx, delta)
+  if delta == 0 or idx > at or idx < at - N then
+    return at, total, v, 0
+  end
+  local ids, cs, found = {}, {}, 0
+  for p = 17, #v - 8, 9 do
+    local b, c = sunpack('<Bd', v, p)
+    ids[#ids + 1], cs[#cs + 1] = at - (at - b) % 256, c
+    if ids[#ids] == idx then
+      found = #ids
     end
-    c = 0
   end
-  c = math.min(math.max(c - delta, 0), MAX)
-  if c == 0 then
-    redis.call('HDEL', key, f)
-  else
-    redis.call('HSET', key, f, string.format('%d', c))
+  if found == 0 then
+    if delta > 0 then
+      return at, total, v, 0
+    end
+    local x = #ids + 1
+    while x > 1 and ids[x - 1] < idx do
+      x = x - 1
+    end
+    table.insert(ids, x, idx)
+    table.insert(cs, x, 0)
+    found = x
   end
-  return 1
+  local old = cs[found]
+  local c = min(max(old - delta, 0), MAX - (total - old))
+  cs[found] = c
+  total = total - old + c
+  if total == 0 then
+    return at, 0, '', 1
+  end
+  local parts = { spack('<dd', at, total) }
+  for x = 1, #ids do
+    if cs[x] ~= 0 then
+      parts[#parts + 1] = spack('<Bd', ids[x] % 256, cs[x])
+    end
+  end
+  return at, total, table.concat(parts), 1
 end
 
 ------------------------------------------------------------------------------
--- token_bucket (limiter.TokenBucket = 1; pkg/limiter/token.go): GCRA. One
--- hash per counter: t, f and d, the theoretical arrival time TAT = t + f/d
--- ms. With g = gcd(L, w), rp = L/g and wp = w/g, a token is wp ticks of
--- 1/rp ms; every number stays a whole double below 2^53 (the Go twin's
--- Validate), so both twins compute the same integers.
+-- token_bucket (limiter.TokenBucket = 1; token.go): GCRA. One hash per
+-- counter: t, f and d, the theoretical arrival time TAT = t + f/d ms. With
+-- g = gcd(L, w), rp = L/g and wp = w/g, a token is wp ticks of 1/rp ms;
+-- every number stays a whole double below 2^53 (the Go twin's Validate), so
+-- both twins compute the same integers. Its state needs no roll.
 
 local function tokenParams(w, L, B)
   if L == 0 then
@@ -501,16 +510,19 @@ local function tokenDebt(t, f, d, rp)
   if dt * rp > MAX then
     return MAX
   end
-  return math.min(dt * rp + f, MAX)
+  return min(dt * rp + f, MAX)
 end
 
-local function tokenRead(key)
+local function tokenLoad(key)
   local v = redis.call('HMGET', key, 't', 'f', 'd')
   if not v[1] then
-    return 0, 0, 0, false, 0, 0, 0
+    return 0, 0, 0, false
   end
-  local t, f, d = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
-  return t, f, d, true, t, f, d
+  return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
+end
+
+local function tokenRoll(t, f, d)
+  return t, f, d
 end
 
 local function tokenDecide(t, f, d, w, L, n, B)
@@ -540,26 +552,9 @@ local function tokenState(D, rp)
   return now + q, D - q * rp, rp
 end
 
--- tokenSave stores (t, f, d) with the TTL of the TAT, or deletes the key
--- for a full bucket.
-local function tokenSave(key, t, f, d, exists)
-  if t == 0 and f == 0 and d == 0 then
-    if exists then
-      redis.call('DEL', key)
-    end
-    return
-  end
-  redis.call('HSET', key, 't', string.format('%d', t), 'f', string.format('%d', f), 'd', string.format('%d', d))
-  local ttl = t - now
-  if f > 0 then
-    ttl = ttl + 1
-  end
-  redis.call('PEXPIRE', key, string.format('%d', ttl))
-end
-
--- write adds inc tokens of debt (saturating at MAX ticks), then takes dec
+-- consume adds inc tokens of debt (saturating at MAX ticks), then takes dec
 -- back, never below a full bucket. The undo token is rp and the debt added.
-local function tokenWrite(key, w, L, t, f, d, inc, dec, _, _, _, exists, B)
+local function tokenConsume(_, t, f, d, w, L, inc, dec, B)
   local rp, wp = tokenParams(w, L, B)
   if rp == 0 then
     return t, f, d, 0, 0
@@ -575,9 +570,6 @@ local function tokenWrite(key, w, L, t, f, d, inc, dec, _, _, _, exists, B)
     D2 = D2 - dec * wp
   end
   local nt, nf, nd = tokenState(D2, rp)
-  if nt ~= t or nf ~= f or nd ~= d then
-    tokenSave(key, nt, nf, nd, exists)
-  end
   return nt, nf, nd, rp, D2 - D
 end
 
@@ -597,45 +589,50 @@ local function tokenReport(t, f, d, w, L, allowed, B)
   return idiv(bw - D, wp), reset
 end
 
--- undo takes the debt delta back from a bucket still written with rp.
-local function tokenUndo(key, w, rp, delta)
-  if delta == 0 then
-    return 0
+-- store writes (t, f, d) with the TTL of the TAT, or deletes the key for a
+-- full bucket.
+local function tokenStore(key, _, _, t, f, d, ot, of, od, exists)
+  if t == ot and f == of and d == od and exists then
+    return
   end
-  local v = redis.call('HMGET', key, 't', 'f', 'd')
-  local D = 0 -- a refund may have deleted the key: a full bucket
-  if v[1] then
-    if tonumber(v[3]) ~= rp then
-      return 0
+  if t == 0 and f == 0 and d == 0 then
+    if exists then
+      redis.call('DEL', key)
     end
-    D = tokenDebt(tonumber(v[1]), tonumber(v[2]) or 0, rp, rp)
+    return
   end
-  local t, f, d = tokenState(math.min(math.max(D - delta, 0), MAX), rp)
-  tokenSave(key, t, f, d, v[1] ~= false)
-  return 1
+  redis.call('HSET', key, 't', fmt('%d', t), 'f', fmt('%d', f), 'd', fmt('%d', d))
+  local ttl = t - now
+  if f > 0 then
+    ttl = ttl + 1
+  end
+  redis.call('PEXPIRE', key, fmt('%d', ttl))
+end
+
+-- undo takes the debt delta back from a bucket still written with rp (or
+-- empty: a refund may have emptied it).
+local function tokenUndo(_, t, f, d, _, _, rp, delta)
+  if delta == 0 or d ~= 0 and d ~= rp then
+    return t, f, d, 0
+  end
+  local D = 0
+  if d ~= 0 then
+    D = tokenDebt(t, f, d, rp)
+  end
+  local nt, nf, nd = tokenState(min(max(D - delta, 0), MAX), rp)
+  return nt, nf, nd, 1
 end
 
 ------------------------------------------------------------------------------
--- fixed_window (limiter.FixedWindow = 2; pkg/limiter/fixed.go): a hash with
--- i, the window index, and c, the count (sliding_window's layout without p).
+-- fixed_window (limiter.FixedWindow = 2; fixed.go): a hash with i, the
+-- window index, and c, the count (sliding_window's layout without p).
 
-local function fixedRead(key, w)
-  local v = redis.call('HMGET', key, 'i', 'c')
-  local i, c, exists = 0, 0, false
-  if v[1] then
-    i, c, exists = tonumber(v[1]), tonumber(v[2]) or 0, true
-  end
-  local idx = math.floor(now / w)
-  local e = now - idx * w
-  if e < 0 then
-    idx = idx - 1
-  elseif e >= w then
-    idx = idx + 1
-  end
+local function fixedRoll(i, c, _, w)
+  local idx = windex(w)
   if i == idx or (i > idx and c ~= 0) then
-    return i, c, 0, exists, i, c, 0
+    return i, c, 0
   end
-  return i, c, 0, exists, idx, 0, 0
+  return idx, 0, 0
 end
 
 local function fixedDecide(at, c, _, w, L, n)
@@ -647,19 +644,6 @@ local function fixedDecide(at, c, _, w, L, n)
     e = 0
   end
   return false, w - e
-end
-
-local function fixedWrite(key, w, L, i, cur, _, inc, dec, oi, oc, _, exists)
-  local c = math.min(cur + inc, MAX)
-  if dec >= c then
-    c = 0
-  else
-    c = c - dec
-  end
-  if i ~= oi or c ~= oc then
-    slidingSave(key, i, c, 0, (i + 1) * w - now, oi, oc, 0, exists)
-  end
-  return i, c, 0, i, c - cur
 end
 
 local function fixedReport(at, c, _, w, L, allowed)
@@ -677,41 +661,33 @@ local function fixedReport(at, c, _, w, L, allowed)
   return L - c, reset
 end
 
-local function fixedUndo(key, w, idx, delta)
-  if delta == 0 then
-    return 0
+local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists)
+  if i == oi and c == oc and exists then
+    return
   end
-  local v = redis.call('HMGET', key, 'i', 'c')
-  if not v[1] then
-    -- A refund deleted the counter: recreate it while its window lasts.
-    local ttl = (idx + 1) * w - now
-    if delta > 0 or ttl <= 0 then
-      return 0
-    end
-    slidingSave(key, idx, math.min(-delta, MAX), 0, ttl, idx, 0, 0, false)
-    return 1
+  hashSave(key, i, c, 0, (i + 1) * w - now, oi, oc, 0, exists)
+end
+
+local function fixedUndo(_, i, c, p, _, _, idx, delta)
+  if delta == 0 or i ~= idx then
+    return i, c, p, 0
   end
-  if tonumber(v[1]) ~= idx then
-    return 0
-  end
-  local c = tonumber(v[2]) or 0
-  slidingSave(key, idx, math.min(math.max(c - delta, 0), MAX), 0, nil, idx, c, 0, true)
-  return 1
+  return i, min(max(c - delta, 0), MAX), p, 1
 end
 
 ------------------------------------------------------------------------------
--- sliding_log (3) and concurrency (4) (pkg/limiter/log.go): a sorted set per
--- counter, one member per counted hit, scored by its time; members are
--- "<time>:<index>", the index (4 digits, so that members of one time sort
--- by it) one more than the largest of that time. The rolled state is
--- at = the key, n1 = the count in (now - w, now]; read writes nothing, and
--- write drops what has left the window.
+-- sliding_log (3) and concurrency (4) (log.go): a sorted set per counter, one
+-- member per counted hit, scored by its time; members are "<time>:<index>",
+-- the index (4 digits, so that members of one time sort by it) one more than
+-- the largest of that time. The state is s1 = the key, s2 = the count in
+-- (now - w, now], s3 = the members changed by the last consume (so that a
+-- change shows even when the count does not); consume and undo change the
+-- set in place, store writes nothing.
 --
--- A refund's removed members stay TOMB ms as tombstones, "~" and the
--- member scored -now (below every live time, so no read sees them), so that
--- an undo can put them back at their own times: the undo token is now and
+-- A refund's removed members stay TOMB ms as tombstones, "~" and the member
+-- scored -now (below every live time, so no read sees them), so that an
+-- undo can put them back at their own times: the undo token is now and
 -- added * 4096 + removed (each at most MAXLOG).
-local TOMB = 1000
 
 -- logNewest is the time of the newest live member of key (count > 0).
 local function logNewest(key)
@@ -719,16 +695,23 @@ local function logNewest(key)
   return tonumber(v[2])
 end
 
-local function logRead(key, w)
-  local count = redis.call('ZCOUNT', key, string.format('(%d', now - w), '+inf')
-  return key, count, 0, count > 0, key, count, 0
+local function logCount(key, w)
+  return redis.call('ZCOUNT', key, fmt('(%d', now - w), '+inf')
+end
+
+local function logLoad(key, w)
+  return key, logCount(key, w), 0, true
+end
+
+local function logRoll(key, count)
+  return key, count, 0
 end
 
 local function logDecide(key, count, _, w, L, n)
   if count + n <= L then
     return true, 0
   end
-  local v = redis.call('ZRANGEBYSCORE', key, string.format('(%d', now - w), '+inf', 'WITHSCORES', 'LIMIT', count + n - L - 1, 1)
+  local v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - w), '+inf', 'WITHSCORES', 'LIMIT', count + n - L - 1, 1)
   return false, tonumber(v[2]) + w - now
 end
 
@@ -741,33 +724,33 @@ local function logAdd(key, t, n)
   end
   local args = { 'ZADD', key }
   for x = 0, n - 1 do
-    args[#args + 1] = string.format('%d', t)
-    args[#args + 1] = string.format('%d:%04d', t, base + x)
+    args[#args + 1] = fmt('%d', t)
+    args[#args + 1] = fmt('%d:%04d', t, base + x)
   end
   redis.call(unpack(args))
 end
 
--- write adds inc entries at now (the log holding at most MAXLOG), then
+-- consume adds inc entries at now (the log holding at most MAXLOG), then
 -- removes dec: the newest (N = 0) or the oldest (N = 1).
-local function logWrite(key, w, L, _, count, _, inc, dec, _, _, _, _, _, N)
+local function logConsume(key, _, count, _, w, _, inc, dec, _, N)
   local cut = now - w
-  local gone = redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', cut))
-  redis.call('ZREMRANGEBYSCORE', key, string.format('%d', -(now - TOMB)), '-1')
-  local add = math.min(inc, math.max(MAXLOG - count, 0))
+  local gone = redis.call('ZREMRANGEBYSCORE', key, '0', fmt('%d', cut))
+  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -(now - TOMB)), '-1')
+  local add = min(inc, max(MAXLOG - count, 0))
   if add > 0 then
     logAdd(key, now, add)
   end
-  local drop = math.min(dec, count + add)
+  local drop = min(dec, count + add)
   if drop > 0 then
     local v
     if N == 1 then
-      v = redis.call('ZRANGEBYSCORE', key, string.format('(%d', cut), '+inf', 'LIMIT', 0, drop)
+      v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', cut), '+inf', 'LIMIT', 0, drop)
     else
-      v = redis.call('ZREVRANGEBYSCORE', key, '+inf', string.format('(%d', cut), 'LIMIT', 0, drop)
+      v = redis.call('ZREVRANGEBYSCORE', key, '+inf', fmt('(%d', cut), 'LIMIT', 0, drop)
     end
     local tomb = { 'ZADD', key }
     for x = 1, #v do
-      tomb[#tomb + 1] = string.format('%d', -now)
+      tomb[#tomb + 1] = fmt('%d', -now)
       tomb[#tomb + 1] = '~' .. v[x]
     end
     redis.call('ZREM', key, unpack(v))
@@ -778,14 +761,12 @@ local function logWrite(key, w, L, _, count, _, inc, dec, _, _, _, _, _, N)
   if c > 0 then
     ttl = logNewest(key) + w - now
     if drop > 0 then
-      ttl = math.max(ttl, TOMB)
+      ttl = max(ttl, TOMB)
     end
   end
   if (c > 0 or drop > 0) and (gone > 0 or add > 0 or drop > 0) then
-    redis.call('PEXPIRE', key, string.format('%d', ttl))
+    redis.call('PEXPIRE', key, fmt('%d', ttl))
   end
-  -- n2 = add + drop tells the caller that the log changed even when its
-  -- count did not, so that it reports the new state.
   return key, c, add + drop, now, add * 4096 + drop
 end
 
@@ -803,18 +784,21 @@ local function logReport(key, count, _, w, L, allowed)
   return L - count, reset
 end
 
--- undo puts back the members a call at time t removed, then removes the
+local function logStore()
+end
+
+-- undo puts back the members a consume at time t removed, then removes the
 -- ones it added (the newest of time t).
-local function logUndo(key, w, t, token)
+local function logUndo(key, _, count, _, w, _, t, token)
   if token == 0 then
-    return 0
+    return key, count, 0, 0
   end
-  local add = math.floor(token / 4096)
-  local tombs = redis.call('ZRANGEBYSCORE', key, string.format('%d', -t), string.format('%d', -t))
+  local add = floor(token / 4096)
+  local tombs = redis.call('ZRANGEBYSCORE', key, fmt('%d', -t), fmt('%d', -t))
   if #tombs > 0 then
     local back = { 'ZADD', key }
     for x = 1, #tombs do
-      local m = string.sub(tombs[x], 2)
+      local m = sub(tombs[x], 2)
       back[#back + 1] = string.match(m, '^(%-?%d+):')
       back[#back + 1] = m
     end
@@ -827,191 +811,307 @@ local function logUndo(key, w, t, token)
       redis.call('ZREM', key, unpack(v))
     end
   end
-  if redis.call('ZCOUNT', key, string.format('(%d', now - w), '+inf') > 0 then
-    redis.call('PEXPIRE', key, string.format('%d', logNewest(key) + w - now))
+  local c = logCount(key, w)
+  if c > 0 then
+    redis.call('PEXPIRE', key, fmt('%d', logNewest(key) + w - now))
   else
     redis.call('DEL', key)
   end
-  return 1
+  return key, c, 0, 1
 end
 
 ------------------------------------------------------------------------------
 -- The registry, indexed by limiter.Algorithm; sub is sliding_window's entry
--- for N > 1, and oldest marks the log whose refunds release the oldest.
-local subwindows = { read = subRead, decide = subDecide, write = subWrite, report = subReport, undo = subUndo }
-local algorithms = {
-  [0] = { read = slidingRead, decide = slidingDecide, write = slidingWrite, report = slidingReport, undo = slidingUndo,
-    sub = subwindows },
-  [1] = { read = tokenRead, decide = tokenDecide, write = tokenWrite, report = tokenReport, undo = tokenUndo },
-  [2] = { read = fixedRead, decide = fixedDecide, write = fixedWrite, report = fixedReport, undo = fixedUndo },
-  [3] = { read = logRead, decide = logDecide, write = logWrite, report = logReport, undo = logUndo },
-  [4] = { read = logRead, decide = logDecide, write = logWrite, report = logReport, undo = logUndo, oldest = true },
+-- for N > 1, oldest marks the log whose refunds release the oldest, lease
+-- the algorithms that lease permits, parse those whose state is one string
+-- (run reads them all with one MGET).
+local ALG = {
+  [0] = { load = hashLoad, roll = swRoll, decide = swDecide, consume = swConsume, report = swReport, store = swStore,
+    undo = swUndo, lease = true,
+    sub = { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide, consume = subConsume,
+      report = subReport, store = subStore, undo = subUndo, lease = true } },
+  [1] = { load = tokenLoad, roll = tokenRoll, decide = tokenDecide, consume = tokenConsume, report = tokenReport,
+    store = tokenStore, undo = tokenUndo },
+  [2] = { load = hashLoad, roll = fixedRoll, decide = fixedDecide, consume = swConsume, report = fixedReport,
+    store = fixedStore, undo = fixedUndo, lease = true },
+  [3] = { load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume, report = logReport,
+    store = logStore, undo = logUndo },
+  [4] = { load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume, report = logReport,
+    store = logStore, undo = logUndo, oldest = true },
 }
 
--- algorithm returns the section of algorithm a with N sub-windows, and the
--- N its functions take.
-local function algorithm(a, N)
-  local A = algorithms[tonumber(a)]
-  if not A then
-    error('sluice: unknown algorithm ' .. a)
+------------------------------------------------------------------------------
+-- prefetch loads and rolls every key of the batch whose section can parse
+-- its state from a string, with one MGET per PREFETCH keys: a redis.call
+-- costs about as much as the rest of a decision, so a batch pays one read
+-- instead of one per counter. The keys it loads are not loaded again (ox).
+local PREFETCH = 1000
+local function prefetch(KEYS, nk, KA, KW, KN, o1, o2, o3, ox, s1, s2, s3)
+  local idx, names = {}, {}
+  for k = 1, nk do
+    local A = KA[k]
+    if A ~= 0 and A.parse then
+      idx[#idx + 1], names[#names + 1] = k, KEYS[k]
+    end
   end
-  if A.sub and N > 1 then
-    return A.sub, N
-  elseif A.oldest then
-    return A, 1
-  end
-  return A, N
-end
-
-if mode == 'u' then
-  if not redis.call('SET', KEYS[#KEYS], '1', 'NX', 'PX', ARGV[3]) then
-    return -1
-  end
-  local changed = 0
-  for k = 1, #KEYS - 1 do
-    local b = 3 + (k - 1) * UNDO_ARGS
-    local A, N = algorithm(ARGV[b + 1], tonumber(ARGV[b + 3]))
-    changed = changed + A.undo(KEYS[k], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), N)
-  end
-  return changed
-end
-
--- Modes "a" and "c". Per key: algorithm, window, sub-windows, stored state
--- (oa, o1, o2, ox), rolled state (ra, r1, r2), growth (inc, dec).
-local nk = #KEYS
-local hbase = 2 + KEY_ARGS * nk
-local nh = (#ARGV - hbase) / HIT_ARGS
-local alg, win, sub = {}, {}, {}
-local oa, o1, o2, ox, ra, r1, r2, inc, dec = {}, {}, {}, {}, {}, {}, {}, {}, {}
-for k = 1, nk do
-  local b = 2 + (k - 1) * KEY_ARGS
-  local A, N = algorithm(ARGV[b + 1], tonumber(ARGV[b + 3]))
-  local w = tonumber(ARGV[b + 2])
-  alg[k], win[k], sub[k], inc[k], dec[k] = A, w, N, 0, 0
-  oa[k], o1[k], o2[k], ox[k], ra[k], r1[k], r2[k] = A.read(KEYS[k], w, N)
-end
-
--- Every hit is decided with the growth its counter will take: the largest
--- hits among the non-refund hits on that counter (as limiter.Evaluate).
-local hk, hL, hB, hf, odi = {}, {}, {}, {}, {}
-for k = 1, nk do
-  odi[k] = 0
-end
-for h = 1, nh do
-  local b = hbase + (h - 1) * HIT_ARGS
-  local k, L, B = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  local n, f = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  hk[h], hL[h], hB[h], hf[h] = k, L, B, f
-  if f % 2 == 1 then
-    dec[k] = math.max(dec[k], n)
-  else
-    inc[k] = math.max(inc[k], n)
-    if f >= 16 then
-      odi[k] = math.max(odi[k], n)
+  for from = 1, #idx, PREFETCH do
+    local to = min(from + PREFETCH - 1, #idx)
+    local vals = redis.call('MGET', unpack(names, from, to))
+    for x = from, to do
+      local k = idx[x]
+      local A, w, N = KA[k], KW[k], KN[k]
+      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1])
+      s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
     end
   end
 end
 
-local allowed, retry = {}, {}
-local admitted, quotaSeen, quotaAllowed = true, false, false
-for h = 1, nh do
-  local k, f = hk[h], hf[h]
-  local refund = f % 2 == 1
-  local shadow = math.floor(f / 2) % 2 == 1
-  if refund then
-    allowed[h], retry[h] = true, 0
-  elseif f >= 16 then
-    -- overdraw: allowed while one more hit fits
-    allowed[h], retry[h] = alg[k].decide(ra[k], r1[k], r2[k], win[k], hL[h], 1, hB[h], sub[k])
-  elseif math.floor(f / 4) % 2 == 1 then
-    allowed[h], retry[h] = false, win[k]
-  else
-    allowed[h], retry[h] = alg[k].decide(ra[k], r1[k], r2[k], win[k], hL[h], inc[k], hB[h], sub[k])
+------------------------------------------------------------------------------
+-- run decides one batch (see the header).
+local function run(KEYS, ARGV)
+  if not spack then
+    spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
+    fmt, sub, byte = string.format, string.sub, string.byte
   end
-  if not refund and not shadow then
-    if math.floor(f / 8) % 2 == 1 then
-      quotaSeen = true
-      quotaAllowed = quotaAllowed or allowed[h]
-    elseif not allowed[h] then
-      admitted = false
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+  else
+    -- Needed before writing after a non-deterministic command on Redis < 5;
+    -- a no-op (deprecated) on 7.
+    if redis.replicate_commands then
+      redis.replicate_commands()
+    end
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  end
+  local nk, specs, prog = #KEYS, ARGV[2], ARGV[3]
+  -- Per key: section, window, sub-windows; stored state (o1-o3, ox; ox nil
+  -- until loaded); current state (s1-s3); dirty (to store).
+  -- Tables made at their full size (a table grown one key at a time is
+  -- reallocated at every power of two, which costs more than the work).
+  if #ZEROS < nk then
+    for k = #ZEROS + 1, nk do
+      ZEROS[k] = 0
     end
   end
-end
-if quotaSeen and not quotaAllowed then
-  admitted = false
-end
-
--- The reply, first as if nothing were consumed. A remaining of 2^63 or more
--- is sent as a string: see the header.
-local out = { admitted and 1 or 0, now }
-local o = 2
-for h = 1, nh do
-  local k, f, ok = hk[h], hf[h], allowed[h]
-  local rem, reset = alg[k].report(ra[k], r1[k], r2[k], win[k], hL[h], ok, hB[h], sub[k])
-  if rem >= 9223372036854775808 then
-    rem = string.format('%.0f', rem)
-  end
-  local ex = f % 2 == 0 and math.floor(f / 4) % 2 == 1
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok and 1 or 0, ex and 1 or 0, retry[h], rem
-  out[o + 5], out[o + 6], out[o + 7] = reset, rem, reset
-  o = o + 7
-end
-
--- Consume, when admitted in mode "a": per counter the largest increment,
--- then the largest refund. The hits of a counter that changed get the
--- "if admitted" pair of the new state; each counter's undo token follows the
--- hits (0, 0 for one left as it was). A counter with overdraw hits first
--- takes their largest, in every mode and outcome (a report cannot be
--- refused); its hits' "if denied" pair then describes that state, and an
--- admitting call writes the rest of its growth over it, so that the undo
--- token takes back only the rest.
-local consume = admitted and mode == 'a'
-local function remText(rem)
-  if rem >= 9223372036854775808 then
-    return string.format('%.0f', rem)
-  end
-  return rem
-end
-for k = 1, nk do
-  local u1, u2 = 0, 0
-  local first = nil -- the key's first hit, whose requests write takes
-  if consume or odi[k] > 0 then
-    for h = 1, nh do
-      if hk[h] == k then
-        first = h
-        break
+  local KA, KW, KN = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local o1, o2, o3, ox = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local s1, s2, s3, dirty = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local p = 1
+  for k = 1, nk do
+    local a, w, N
+    a, w, N, p = sunpack('<BdB', specs, p)
+    if a ~= MARKER then
+      local A = ALG[a]
+      if not A then
+        error('sluice: unknown algorithm ' .. a)
       end
+      if A.sub and N > 1 then
+        A = A.sub
+      elseif A.oldest then
+        N = 1
+      end
+      KA[k], KW[k], KN[k] = A, w, N
     end
   end
-  if first then
-    local A, w, N = alg[k], win[k], sub[k]
-    local at, c1, c2 = ra[k], r1[k], r2[k]
-    if odi[k] > 0 then
-      at, c1, c2 = A.write(KEYS[k], w, hL[first], at, c1, c2, odi[k], 0, oa[k], o1[k], o2[k], ox[k], hB[first], N)
-      for h = 1, nh do
-        if hk[h] == k then
-          local rem, reset = A.report(at, c1, c2, w, hL[h], allowed[h], hB[h], N)
-          out[7 * h - 1], out[7 * h] = remText(rem), reset -- hit h's 4th and 5th: 2 + 7*(h-1) + 4
+  prefetch(KEYS, nk, KA, KW, KN, o1, o2, o3, ox, s1, s2, s3)
+  -- Per entry, reused: its hits (key, requests, burst, hits, flags, lease,
+  -- allowed, retry, the two remaining/reset pairs), its keys in order of
+  -- first hit (ek, with mark[k] = the entry's number), and per key the
+  -- growth (inc, dec, odi: the largest overdraw hits), the lease asked and
+  -- the key's first hit.
+  local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+  local mark, inc, dec, odi = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local ask, first = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
+  local ek, tu1, tu2, tg = {}, {}, {}, {}
+  local out = { spack('<d', now) }
+  local plen, e = #prog, 0
+  p = 1
+  while p <= plen do
+    e = e + 1
+    local kind, count
+    kind, count, p = sunpack('<BB', prog, p)
+    local full, leased = kind % 32 >= 16, kind >= 32
+    kind = kind % 16
+    if kind == 3 then
+      local m, ttl
+      m, ttl, p = sunpack('<Hd', prog, p)
+      if m > 0 and not redis.call('SET', KEYS[m], '1', 'NX', 'PX', fmt('%d', ttl)) then
+        p = p + 18 * count
+        out[#out + 1] = spack('<d', -1)
+      else
+        local changed = 0
+        for _ = 1, count do
+          local k, u1, u2, ch
+          k, u1, u2, p = sunpack('<Hdd', prog, p)
+          local A, w, N = KA[k], KW[k], KN[k]
+          if ox[k] == 0 then
+            o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+            s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+          end
+          s1[k], s2[k], s3[k], ch = A.undo(KEYS[k], s1[k], s2[k], s3[k], w, N, u1, u2)
+          if ch == 1 then
+            dirty[k] = true
+            changed = changed + 1
+          end
         end
+        out[#out + 1] = spack('<d', changed)
       end
-      if consume then
-        oa[k], o1[k], o2[k], ox[k], at, c1, c2 = A.read(KEYS[k], w, N)
-      end
-    end
-    if consume then
-      at, c1, c2, u1, u2 = A.write(KEYS[k], w, hL[first], at, c1, c2, inc[k] - odi[k], dec[k], oa[k], o1[k], o2[k], ox[k],
-        hB[first], N)
-      if at ~= ra[k] or c1 ~= r1[k] or c2 ~= r2[k] then
-        for h = 1, nh do
-          if hk[h] == k then
-            local rem, reset = A.report(at, c1, c2, w, hL[h], allowed[h], hB[h], N)
-            out[7 * h + 1], out[7 * h + 2] = remText(rem), reset -- hit h's 6th and 7th: 2 + 7*(h-1) + 6
+    else
+      -- Read the hits; every hit is decided with the growth its counter
+      -- will take: the largest hits among its non-refund hits (as
+      -- limiter.Evaluate).
+      local nek = 0
+      for h = 1, count do
+        local k, f, n
+        k, hL[h], hB[h], n, f, hl[h], p = sunpack('<HdddBd', prog, p)
+        hk[h], hn[h], hf[h] = k, n, f
+        if mark[k] ~= e then
+          mark[k] = e
+          nek = nek + 1
+          ek[nek] = k
+          inc[k], dec[k], odi[k], ask[k], first[k] = 0, 0, 0, hl[h], h
+          if ox[k] == 0 then
+            local A, w, N = KA[k], KW[k], KN[k]
+            o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+            s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+          end
+        else
+          ask[k] = 0 -- a lease needs its key's only hit
+        end
+        if f % 2 == 1 then
+          if n > dec[k] then
+            dec[k] = n
+          end
+        else
+          if n > inc[k] then
+            inc[k] = n
+          end
+          if f >= 16 and n > odi[k] then
+            odi[k] = n
           end
         end
       end
+
+      local admitted, quotaSeen, quotaAllowed = true, false, false
+      for h = 1, count do
+        local k, f = hk[h], hf[h]
+        local refund, shadow = f % 2 == 1, f % 4 >= 2
+        if refund then
+          ok[h], retry[h] = true, 0
+        elseif f >= 16 then
+          -- overdraw: allowed while one more hit fits
+          ok[h], retry[h] = KA[k].decide(s1[k], s2[k], s3[k], KW[k], hL[h], 1, hB[h], KN[k])
+        elseif f % 8 >= 4 then
+          ok[h], retry[h] = false, KW[k]
+        else
+          ok[h], retry[h] = KA[k].decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k])
+        end
+        if not refund and not shadow then
+          if f % 16 >= 8 then
+            quotaSeen = true
+            quotaAllowed = quotaAllowed or ok[h]
+          elseif not ok[h] then
+            admitted = false
+          end
+        end
+      end
+      if quotaSeen and not quotaAllowed then
+        admitted = false
+      end
+
+      -- Report as if nothing were consumed.
+      for h = 1, count do
+        local k = hk[h]
+        rd[h], td[h] = KA[k].report(s1[k], s2[k], s3[k], KW[k], hL[h], ok[h], hB[h], KN[k])
+        ra[h], ta[h] = rd[h], td[h]
+      end
+
+      -- Consume, when admitted by an apply: per counter the largest
+      -- increment, then the largest refund; its hits get the "if admitted"
+      -- pair of the new state. A counter with overdraw hits first takes
+      -- their largest, in every kind and outcome (a report cannot be
+      -- refused); its hits' "if denied" pair then describes that state, and
+      -- an admitting apply adds the rest of its growth, so that the undo
+      -- token takes back only the rest.
+      local consume = admitted and kind == 1
+      for x = 1, nek do
+        local k = ek[x]
+        local u1, u2, g = 0, 0, 0
+        if consume or odi[k] > 0 then
+          local A, w, N, h1 = KA[k], KW[k], KN[k], first[k]
+          local a0, b0, c0 = s1[k], s2[k], s3[k]
+          local key = KEYS[k]
+          if odi[k] > 0 then
+            s1[k], s2[k], s3[k] = A.consume(key, a0, b0, c0, w, hL[h1], odi[k], 0, hB[h1], N)
+            dirty[k] = true
+            for h = h1, count do
+              if hk[h] == k then
+                rd[h], td[h] = A.report(s1[k], s2[k], s3[k], w, hL[h], ok[h], hB[h], N)
+                ra[h], ta[h] = rd[h], td[h]
+              end
+            end
+            a0, b0, c0 = s1[k], s2[k], s3[k]
+          end
+          if consume then
+            s1[k], s2[k], s3[k], u1, u2 = A.consume(key, a0, b0, c0, w, hL[h1], inc[k] - odi[k], dec[k], hB[h1], N)
+            dirty[k] = true
+            if s1[k] ~= a0 or s2[k] ~= b0 or s3[k] ~= c0 then
+              for h = h1, count do
+                if hk[h] == k then
+                  ra[h], ta[h] = A.report(s1[k], s2[k], s3[k], w, hL[h], ok[h], hB[h], N)
+                end
+              end
+            end
+            if ask[k] > 0 and A.lease and hf[h1] == 0 then
+              g = min(ask[k], floor(ra[h1] / 2))
+              if g > 0 then
+                local g0 = s2[k]
+                s1[k], s2[k], s3[k] = A.consume(key, s1[k], s2[k], s3[k], w, hL[h1], g, 0, hB[h1], N)
+                g = s2[k] - g0
+              end
+            end
+          end
+        end
+        tu1[x], tu2[x], tg[x] = u1, u2, g
+      end
+      if full then
+        out[#out + 1] = spack('<B', admitted and 1 or 0)
+      end
+      for h = 1, count do
+        local bits = ok[h] and 1 or 0
+        if hf[h] % 8 >= 4 and hf[h] % 2 == 0 then
+          bits = bits + 2
+        end
+        if full then
+          out[#out + 1] = spack('<Bddddd', bits, retry[h], rd[h], td[h], ra[h], ta[h])
+        else
+          local r, t = rd[h], td[h]
+          if consume then
+            r, t = ra[h], ta[h]
+          end
+          if h == 1 then
+            out[#out + 1] = spack('<BBddd', admitted and 1 or 0, bits, retry[h], r, t)
+          else
+            out[#out + 1] = spack('<Bddd', bits, retry[h], r, t)
+          end
+        end
+      end
+      if full then
+        for x = 1, nek do
+          out[#out + 1] = spack('<ddd', tu1[x], tu2[x], tg[x])
+        end
+      elseif leased then
+        for x = 1, nek do
+          out[#out + 1] = spack('<dd', tu1[x], tg[x])
+        end
+      end
     end
   end
-  out[o + 1], out[o + 2] = u1, u2
-  o = o + 2
+  for k = 1, nk do
+    if dirty[k] == true then
+      KA[k].store(KEYS[k], KW[k], KN[k], s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k])
+    end
+  end
+  return table.concat(out)
 end
-return out

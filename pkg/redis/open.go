@@ -46,6 +46,11 @@ type Settings struct {
 	CallTimeout time.Duration
 	// Prefix starts every key. Default DefaultPrefix ("sluice:").
 	Prefix string
+	// LeaseRate and LeaseSpan are Options.LeaseRate and Options.LeaseSpan:
+	// hot-key leases (see Store). LeaseRate 0 is DefaultLeaseRate, negative
+	// turns leases off.
+	LeaseRate float64
+	LeaseSpan time.Duration
 	// TLSCAFile is a PEM file of CAs to verify the server with for rediss://
 	// (and TLS to a Sentinel or Cluster). Default the system roots.
 	TLSCAFile string
@@ -144,7 +149,8 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 	}
 	log.Info("redis store configured", zap.String("mode", mode), zap.String("redis_url", Redacted(s.URL)),
 		zap.Strings("addrs", u.Addrs))
-	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, Logger: log}), nil
+	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, LeaseRate: s.LeaseRate, LeaseSpan: s.LeaseSpan,
+		Logger: log}), nil
 }
 
 // configureTLS adds the CA, the client certificate and the hostname policy

@@ -110,7 +110,7 @@ func TestOpenCluster(t *testing.T) {
 	defer s.Close()
 	admin := newClusterClient(t, addrs)
 	t.Cleanup(func() { deletePrefix(t, admin, prefix) })
-	if !s.cluster {
+	if s.cluster == nil {
 		t.Fatal("Open with ClusterAddrs did not make a cluster Store")
 	}
 	keys := clusterKeys(t, admin, 3, time.Minute)

@@ -14,7 +14,7 @@ import (
 )
 
 // The refunds of a Cluster request that one slot denied after others had
-// consumed (issue 12 item 4). Each is one "u" call of limiter.lua, made
+// consumed (issue 12 item 4). Each is one undo entry of limiter.lua, made
 // idempotent by a marker key, so it is retried until Redis answers it: a
 // refund is never lost to a deadline and never applied twice.
 const (
@@ -45,10 +45,10 @@ const (
 	refundLogInterval = 10 * time.Second
 )
 
-// refund is one "u" call (its keys: the counters, then the marker) and its
-// retry state.
+// refund is one undo entry (its keys: the counters, then the marker) and
+// its retry state.
 type refund struct {
-	call
+	e        *entry
 	first    time.Time // when it was queued
 	due      time.Time // when to send it next
 	attempts int
@@ -59,7 +59,7 @@ type refund struct {
 // Cluster client splits it per node), and retries the ones that failed. It
 // is safe for concurrent use. Its goroutine ends in close.
 type refunder struct {
-	c   Client
+	run func(ctx context.Context, es []*entry) []error
 	log *zap.Logger
 	ids *idSource
 
@@ -82,14 +82,14 @@ type refunder struct {
 	lastLog         atomic.Int64 // Unix ns
 }
 
-func newRefunder(c Client, log *zap.Logger) *refunder {
-	return &refunder{c: c, log: log, ids: newIDSource(), wake: make(chan struct{}, 1),
+func newRefunder(run func(ctx context.Context, es []*entry) []error, log *zap.Logger) *refunder {
+	return &refunder{run: run, log: log, ids: newIDSource(), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-// add queues the "u" call u for sending now. ctx is the request's; the
+// add queues the undo entry u for sending now. ctx is the request's; the
 // refund outlives it.
-func (r *refunder) add(ctx context.Context, u call) {
+func (r *refunder) add(ctx context.Context, u *entry) {
 	r.start.Do(func() {
 		r.base = context.WithoutCancel(ctx)
 		r.running.Store(true)
@@ -99,7 +99,7 @@ func (r *refunder) add(ctx context.Context, u call) {
 	r.mu.Lock()
 	full := len(r.queue)+r.busy >= MaxPendingRefunds
 	if !full {
-		r.queue = append(r.queue, &refund{call: u, first: now, due: now})
+		r.queue = append(r.queue, &refund{e: u, first: now, due: now})
 	}
 	r.mu.Unlock()
 	if full {
@@ -165,17 +165,17 @@ func (r *refunder) take(now time.Time) (batch []*refund, next time.Duration) {
 func (r *refunder) send(batch []*refund) {
 	ctx, cancel := context.WithTimeout(r.base, RefundAttemptTimeout)
 	defer cancel()
-	calls := make([]call, len(batch))
+	es := make([]*entry, len(batch))
 	for i, u := range batch {
-		calls[i] = u.call
+		es[i] = u.e
 	}
-	cmds := runScripts(ctx, r.c, calls)
+	errs := r.run(ctx, es)
 	now := time.Now()
 	var retry []*refund
 	for i, u := range batch {
 		// The reply is the number of counters changed, or -1 when an earlier
 		// attempt of this refund already ran: either way it is done.
-		_, err := cmds[i].Int64()
+		err := errs[i]
 		if err == nil {
 			continue
 		}

@@ -2,12 +2,10 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -17,62 +15,6 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-//go:embed limiter.lua
-var scriptSrc string
-
-// script is every algorithm's decision in one Lua script (limiter.lua, whose
-// header documents its KEYS, ARGV and reply); Script.Run sends EVALSHA and
-// falls back to EVAL on NOSCRIPT, so a flushed script cache or a restarted
-// Redis needs no restart of ours.
-var script = goredis.NewScript(scriptSrc)
-
-// The layout of the script's arguments and replies (see limiter.lua).
-const (
-	// argsHead is the count of ARGV before the per-key ones: mode, now.
-	argsHead = 2
-	// argsPerKey is the count of ARGV per key in modes "a" and "c":
-	// algorithm, window ms, sub-windows (limiter.lua's KEY_ARGS).
-	argsPerKey = 3
-	// argsPerHit is the count of ARGV per hit: key index, requests, burst,
-	// hits, flags (HIT_ARGS).
-	argsPerHit = 5
-	// argsUndoHead is the count of ARGV before the per-key ones in mode
-	// "u": mode, now, the marker's TTL.
-	argsUndoHead = 3
-	// argsPerUndoKey is the count of ARGV per key in mode "u": algorithm,
-	// window ms, sub-windows, and the key's undo token (UNDO_ARGS).
-	argsPerUndoKey = 5
-
-	// The flags of a hit.
-	flagRefund   = 1
-	flagShadow   = 2
-	flagExceeds  = 4 // the key's growth is over the Limit's Capacity
-	flagQuota    = 8
-	flagOverdraw = 16
-
-	// replyAdmitted and replyNow index the head of an "a" or "c" reply, of
-	// replyHead values.
-	replyAdmitted = 0
-	replyNow      = 1
-	replyHead     = 2
-	// replyHit values per hit follow the head, at these offsets
-	// (REPLY_HIT).
-	replyAllowed           = 0
-	replyExceeds           = 1
-	replyRetryAfter        = 2
-	replyRemainingDenied   = 3
-	replyResetDenied       = 4
-	replyRemainingAdmitted = 5
-	replyResetAdmitted     = 6
-	replyHit               = 7
-	// replyKey values per key follow the hits: the key's undo token
-	// (REPLY_KEY).
-	replyKey = 2
-)
-
-// replyLen is the length of an "a" or "c" reply for nh hits on nk keys.
-func replyLen(nh, nk int) int { return replyHead + replyHit*nh + replyKey*nk }
-
 // DefaultCallTimeout is the deadline of one Apply when Options.CallTimeout
 // and Settings.CallTimeout are zero: under Envoy's 20 ms default rate limit
 // filter timeout, so that Sluice answers before Envoy gives up.
@@ -80,13 +22,19 @@ const DefaultCallTimeout = 15 * time.Millisecond
 
 // Client is the part of a go-redis client the Store uses. *goredis.Client,
 // *goredis.ClusterClient and the UniversalClient that Open builds satisfy
-// it. A *goredis.ClusterClient makes the Store group hits by Cluster slot.
+// it. A *goredis.ClusterClient makes the Store group hits by Cluster slot
+// and send each slot's script calls to its master's own client.
 type Client interface {
 	goredis.Scripter
+	FCall(ctx context.Context, function string, keys []string, args ...any) *goredis.Cmd
+	FunctionLoad(ctx context.Context, code string) *goredis.StringCmd
 	Pipeline() goredis.Pipeliner
 	Ping(ctx context.Context) *goredis.StatusCmd
 	Close() error
 }
+
+// DefaultCallsInFlight is Options.CallsInFlight when it is zero.
+const DefaultCallsInFlight = 2
 
 // Options configures New. The zero value is usable.
 type Options struct {
@@ -97,9 +45,24 @@ type Options struct {
 	// CallTimeout bounds each Apply, all its Redis round trips included, on
 	// top of the caller's context. Default DefaultCallTimeout (15 ms).
 	CallTimeout time.Duration
+	// CallsInFlight is the most script calls the Store keeps in flight to
+	// one Redis node; decisions that arrive meanwhile wait and share the
+	// next call (see Store). Default DefaultCallsInFlight; it is at most the
+	// node's connection pool size.
+	CallsInFlight int
 	// Now, when set, is the clock the script uses instead of Redis TIME. For
 	// tests only: in production every instance must share Redis's clock.
 	Now func() time.Time
+	// LeaseRate is the decisions per second (in the last whole second, on
+	// this Store) from which a counter is hot: the Store then leases
+	// permits for it and spends them in memory (see Store). Default
+	// DefaultLeaseRate; negative turns leases off.
+	LeaseRate float64
+	// LeaseSpan is how much of a hot counter's traffic on this Store one
+	// lease asks for: its last second's decisions times LeaseSpan (the
+	// script grants at most half of what remains). Default
+	// DefaultLeaseSpan (50 ms).
+	LeaseSpan time.Duration
 	// Logger receives warnings the Store cannot return (refunds after a
 	// cross-slot denial that failed, at most one line per 10 s). Default
 	// zap.NewNop().
@@ -107,30 +70,56 @@ type Options struct {
 }
 
 // Store is a limiter.Store on Redis: standalone, Sentinel or Cluster. It is
-// safe for concurrent use; it holds no per-request state. It sheds load
-// before Redis (see gate): at most the client's pool size of decisions are
-// in flight per node, and a decision that cannot be sent in time, or that
-// would go to a node that stopped answering, is not sent: Apply returns an
-// error wrapping limiter.ErrStoreUnavailable at once, so the failure mode
-// answers. What it cannot undo: a script already sent when its node stalls
-// may still run once the node resumes, after its caller was answered by
-// the failure mode (at most the pool size of them per node).
+// safe for concurrent use.
+//
+// Concurrent decisions share script calls: at most Options.CallsInFlight
+// calls are in flight per Redis node, and the decisions that arrive
+// meanwhile wait and go together in the next one, one script call per
+// Cluster slot deciding each of them, one after another, each all or
+// nothing on its own (limiter.lua), the calls to one node in one pipeline.
+// A decision with no call in flight goes at once. So the script's fixed
+// cost and the round trip are paid once per call, not per decision, and a
+// counter that several decisions of a call share is read and written once.
+// A script call that may have run is never sent again (a retried call
+// would count its hits twice); each decision keeps its own deadline, and
+// leaves a call that has not been sent when it passes (it is then never
+// sent); a slow node holds up only the decisions on it.
+//
+// A hot counter (Options.LeaseRate) is leased: a request of one enforced
+// fixed or sliding window hit asks the script for a block of permits with
+// its own decision; the permits are counted in Redis at once and spent here
+// without a round trip until they run out or their window (sub-window) ends,
+// so the fleet never admits more than the limit. A lease's Result reports
+// Remaining as of its grant, less what this Store spent since. Permits not
+// spent are lost to the other instances until they are given back, within
+// about a second after their (sub-)window ends, or at Close.
+//
+// It sheds load before Redis (see gate): a decision that cannot be sent in
+// time, or that would go to a node that stopped answering, is not sent:
+// Apply returns an error wrapping limiter.ErrStoreUnavailable at once, so
+// the failure mode answers. What it cannot undo: a call already sent when
+// its node stalls may still run once the node resumes, after its decisions
+// were answered by the failure mode (at most CallsInFlight calls per node).
 type Store struct {
-	c        Client
-	cluster  bool
-	prefix   string
-	timeout  time.Duration
-	now      func() time.Time
-	log      *zap.Logger
-	poolSize int
+	c       Client
+	cluster *goredis.ClusterClient // nil unless on a Cluster
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time
+	log     *zap.Logger
+	flying  int
 	// settleTimeout bounds the round trip that refunds a denied Cluster
 	// request, CallTimeout unless a test shortens it (to make refunds miss
 	// it and be retried).
 	settleTimeout time.Duration
-	gate          *gate    // standalone and Sentinel: the one node's
-	gates         sync.Map // Cluster: master address -> *gate
+	caller        caller
+	node          *node    // standalone and Sentinel: the one node
+	nodes         sync.Map // Cluster: master address -> *node
 	probes        sync.WaitGroup
 	refunds       *refunder
+	leases        *leases        // nil when off
+	giving        sync.WaitGroup // permits given back in the background, and the sweep
+	stopSweep     chan struct{}  // ends leases.sweep
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -138,7 +127,8 @@ var _ limiter.Store = (*Store)(nil)
 // New returns a Store deciding on c, which it owns from then on: Close closes
 // it. When c is a *goredis.ClusterClient, hits are grouped by slot. For the
 // CallTimeout to bound network reads, c should be built with
-// ContextTimeoutEnabled (Open does so).
+// ContextTimeoutEnabled and, for a script call never to be sent twice,
+// MaxRetries -1 (Open does both).
 func New(c Client, o Options) *Store {
 	s := &Store{
 		c:       c,
@@ -146,8 +136,9 @@ func New(c Client, o Options) *Store {
 		timeout: o.CallTimeout,
 		now:     o.Now,
 		log:     o.Logger,
+		flying:  o.CallsInFlight,
 	}
-	_, s.cluster = c.(*goredis.ClusterClient)
+	s.cluster, _ = c.(*goredis.ClusterClient)
 	if s.timeout <= 0 {
 		s.timeout = DefaultCallTimeout
 	}
@@ -155,13 +146,33 @@ func New(c Client, o Options) *Store {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
-	s.poolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default
-	if sc, ok := c.(*goredis.Client); ok {
-		s.poolSize = sc.Options().PoolSize
+	if s.flying <= 0 {
+		s.flying = DefaultCallsInFlight
 	}
-	s.gate = newGate(s.poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
-	s.refunds = newRefunder(c, s.log)
+	if s.cluster == nil {
+		poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		if sc, ok := c.(*goredis.Client); ok {
+			poolSize = sc.Options().PoolSize
+		}
+		s.node = s.newNode(c, poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	}
+	s.refunds = newRefunder(s.runDirect, s.log)
+	clock := time.Now
+	if s.now != nil {
+		clock = s.now
+	}
+	s.leases = newLeases(o.LeaseRate, o.LeaseSpan, clock)
+	if s.leases != nil {
+		s.leases.back = s.giveBackLater
+		s.stopSweep = make(chan struct{})
+		s.giving.Go(func() { s.leases.sweep(s.stopSweep) })
+	}
 	return s
+}
+
+func (s *Store) newNode(c scriptClient, poolSize int, ping func(ctx context.Context) error) *node {
+	return &node{c: c, gate: newGate(poolSize, ping), caller: &s.caller, probes: &s.probes, now: s.now,
+		flying: max(min(s.flying, poolSize), 1)}
 }
 
 // PingTimeout bounds Ping. It is longer than a decision's CallTimeout so a
@@ -179,15 +190,24 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Warm opens a connection and loads the script (on every master of a
-// Cluster), so the first decision does not spend its CallTimeout on a dial
-// and an EVAL. It is an optimisation: Apply loads the script itself on
-// NOSCRIPT. Its error wraps limiter.ErrStoreUnavailable.
+// Warm opens a connection and loads the limiter function library (or, on
+// a Redis without functions, the script) on every master, so the first
+// decision does not spend its CallTimeout on a dial and a load. It is an
+// optimisation: a call loads what is missing itself. Its error wraps
+// limiter.ErrStoreUnavailable.
 func (s *Store) Warm(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	if err := script.Load(ctx, s.c).Err(); err != nil {
-		return fmt.Errorf("%w: load script: %w", limiter.ErrStoreUnavailable, err)
+	var err error
+	if s.cluster != nil {
+		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+			return s.caller.load(ctx, n)
+		})
+	} else {
+		err = s.caller.load(ctx, s.c)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
 	}
 	return nil
 }
@@ -195,25 +215,25 @@ func (s *Store) Warm(ctx context.Context) error {
 // closeRefundTimeout bounds how long Close waits for refunds still pending.
 const closeRefundTimeout = time.Second
 
-// Close sends the refunds still pending (waiting at most a second; those it
-// could not send are logged), then closes the client. Apply must not be
+// Close gives back the unspent permits of its leases and sends the refunds
+// still pending (waiting at most a second each; refunds it could not send are
+// logged), then closes the client. Apply must not be
 // called after Close.
 func (s *Store) Close() error {
+	s.giveBack(closeRefundTimeout)
 	s.refunds.close(closeRefundTimeout)
 	err := s.c.Close()
 	s.probes.Wait()
 	return err
 }
 
-// group is the part of one request that one script call decides: hits whose
-// counters share a Cluster slot (on a standalone Redis, all of them).
+// group is the part of one request that one script entry decides: hits
+// whose counters share a Cluster slot (on a standalone Redis, all of them).
 type group struct {
-	slot int
-	keys []string
-	hits []int // indices into the request's hits
-	args []any // the "a" ARGV; args[0] is the mode, args[1] the clock
-
-	reply    []any // the "a" or "c" reply
+	slot     int
+	hits     []int // indices into the request's hits
+	e        *entry
+	replied  bool // e holds the reply of an apply or check
 	admitted bool
 }
 
@@ -223,21 +243,21 @@ type group struct {
 // Result per hit in input order. Apply is safe for concurrent use.
 //
 // On a standalone or Sentinel Redis, and on a Cluster when every counter of
-// the request shares a slot, Apply is one script call: atomic, one round
-// trip, quota group included.
+// the request shares a slot, Apply is one entry of one script call: atomic,
+// quota group included (the call may decide other requests too, each on its
+// own; see Store).
 //
 // On a Cluster, counters in different slots cannot be in one script, so the
 // slots are decided one after another in ascending slot order, one round
 // trip each, stopping at the first slot that denies. Then the remaining
-// slots are evaluated without consuming (for their Results), in one
-// pipelined round trip under ctx, and the slots that admitted are refunded
-// exactly what they consumed, in the background: a refund is idempotent (a
-// marker key names it), so it is retried until Redis answers it, for up to
-// RefundHorizon, and never applied twice (see limiter.lua's mode "u").
-// Between a slot's consumption and its refund other requests see the
-// consumption and may be denied by it; deciding the slots in one fixed order
-// keeps that rare, since a slot only ever sees requests that every earlier
-// slot admitted.
+// slots are evaluated without consuming (for their Results), in one round
+// trip under ctx, and the slots that admitted are refunded exactly what they
+// consumed, in the background: a refund is idempotent (a marker key names
+// it), so it is retried until Redis answers it, for up to RefundHorizon, and
+// never applied twice (see limiter.lua's undo). Between a slot's consumption
+// and its refund other requests see the consumption and may be denied by it;
+// deciding the slots in one fixed order keeps that rare, since a slot only
+// ever sees requests that every earlier slot admitted.
 //
 // A denial that is known is the answer: when a slot has denied, a later
 // slot that cannot be read (an unreachable node, a passed deadline) does
@@ -266,36 +286,65 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 			return nil, fmt.Errorf("redis: hit %d: %w", i, err)
 		}
 	}
+	if s.leases != nil && len(hits) == 1 && leasable(hits[0]) {
+		return s.applyLeased(ctx, hits[0])
+	}
+	results, _, err := s.applyHits(ctx, hits, 0)
+	return results, err
+}
+
+// applyLeased decides h, a leasable hit alone in its request: from its
+// counter's lease when that holds the permits, else in Redis, asking for a
+// lease when the counter is hot and no other request is asking.
+func (s *Store) applyLeased(ctx context.Context, h limiter.Hit) ([]limiter.Result, error) {
+	r, spent, ask, l := s.leases.take(counterKey(s.prefix, h), h)
+	if spent {
+		return []limiter.Result{r}, nil
+	}
+	hits := []limiter.Hit{h}
+	if l == nil {
+		results, _, err := s.applyHits(ctx, hits, 0)
+		return results, err
+	}
+	sent := s.leases.clock()
+	results, groups, err := s.applyHits(ctx, hits, ask)
+	if err != nil || !results[0].Allowed {
+		s.leases.abandon(l)
+		return results, err
+	}
+	s.leases.granted(l, groups[0].e, results[0], sent)
+	return results, nil
+}
+
+// applyHits decides hits in Redis (see Apply) and returns their Results
+// and the groups that decided them. With ask > 0, hits is one hit that
+// asks for ask permits more (limiter.lua's leases).
+func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, ask uint64) ([]limiter.Result, []*group, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	now := ""
-	if s.now != nil {
-		now = strconv.FormatInt(s.now().UnixMilli(), 10)
-	}
 
-	groups, quotaSplit := s.split(hits, now)
+	groups, quotaSplit := s.split(hits)
+	if ask > 0 {
+		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
+	}
 	admitted, err := s.decide(ctx, groups)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	results := make([]limiter.Result, len(hits))
-	if err := fillAll(results, groups, admitted); err != nil {
-		return nil, err
-	}
+	fillAll(results, groups, admitted)
 	if admitted && quotaSplit && !limiter.MarkOverLimit(hits, results) {
 		// The quota group, spread over slots that each admitted it, denies:
 		// take back what every slot consumed.
 		s.settle(ctx, groups, nil, true)
 		admitted = false
-		if err := fillAll(results, groups, false); err != nil {
-			return nil, err
-		}
+		fillAll(results, groups, false)
 	}
 	limiter.MarkOverLimit(hits, results)
-	return results, nil
+	return results, groups, nil
 }
 
-// decide runs the groups' "a" calls one after another, in order, and
+// decide runs the groups' apply entries one after another, in order, and
 // reports whether all of them admitted. When one denies, it settles the
 // request (refunds the earlier groups, reads the later ones) under a fresh
 // CallTimeout; when one fails, it settles it under ctx and returns the
@@ -316,39 +365,41 @@ func (s *Store) decide(ctx context.Context, groups []*group) (bool, error) {
 	return true, nil
 }
 
-// apply runs g's "a" call through its node's gate and records the reply.
+// apply decides g's apply entry on its node and records the reply. A call
+// that a Cluster node refused because the slot moved did not run: it is
+// sent once more, to the slot's new master.
 func (s *Store) apply(ctx context.Context, g *group) error {
-	gt := s.gateFor(ctx, g.keys[0])
-	start, err := gt.enter(ctx)
+	err := s.run(ctx, g.slot, g.e)
+	if errors.Is(err, errMoved) && s.cluster != nil {
+		s.cluster.ReloadState(ctx)
+		err = s.run(ctx, g.slot, g.e)
+	}
 	if err != nil {
-		gt.probe(ctx, &s.probes)
-		if errors.Is(err, errShed) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
+		return err
 	}
-	r, err := script.Run(ctx, s.c, g.keys, g.args...).Slice()
-	gt.leave(start, err)
-	if err != nil {
-		return fmt.Errorf("%w: run limiter script on %d keys: %w", limiter.ErrStoreUnavailable, len(g.keys), err)
-	}
-	if g.admitted, err = parseAdmitted(r); err != nil {
-		return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
-	}
-	g.reply = r
+	g.replied, g.admitted = true, g.e.admitted
 	return nil
 }
 
+// run decides e (of slot) on the node that serves it and waits for it.
+func (s *Store) run(ctx context.Context, slot int, e *entry) error {
+	n, err := s.nodeFor(ctx, e.keys[0])
+	if err != nil {
+		return err
+	}
+	return n.submit(ctx, e, slot).wait(ctx)
+}
+
 // settle finishes a Cluster request that will not be admitted: in one
-// pipelined round trip it refunds what the groups in refund consumed and
-// reads the groups in checks without consuming (mode "c", for their
-// Results), and reports whether one of checks denies. It runs under a fresh
-// CallTimeout when fresh (a denial: the Results are the answer, and the
-// refunds should land before it), else under ctx if time is left (a
-// failure: the answer is the failure mode's, now). A refund that is not
-// answered, or that goes to a stalled node, is left to the refunder, which
-// retries it until answered; a group that is not read keeps no reply, so its
-// Results say nothing (see fillAll).
+// round trip it refunds what the groups in refund consumed and reads the
+// groups in checks without consuming (kind check, for their Results), and
+// reports whether one of checks denies. It runs under a fresh CallTimeout
+// when fresh (a denial: the Results are the answer, and the refunds should
+// land before it), else under ctx if time is left (a failure: the answer is
+// the failure mode's, now). A refund that is not answered, or that goes to
+// a stalled node, is left to the refunder, which retries it until answered;
+// a group that is not read keeps no reply, so its Results say nothing (see
+// fillAll).
 func (s *Store) settle(ctx context.Context, refund, checks []*group, fresh bool) (denies bool) {
 	rctx := ctx
 	if fresh {
@@ -356,70 +407,113 @@ func (s *Store) settle(ctx context.Context, refund, checks []*group, fresh bool)
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.settleTimeout)
 		defer cancel()
 	}
-	live := func(g *group) bool { return rctx.Err() == nil && !s.gateFor(rctx, g.keys[0]).stalled.Load() }
-	var calls []call
+	type sent struct {
+		p *pending
+		g *group // a check's group; nil for a refund
+		e *entry
+	}
+	var all []sent
 	for _, g := range refund {
-		if u, ok := s.undoCall(g); !ok {
+		u, ok := s.undoEntry(g)
+		if !ok {
 			continue
-		} else if live(g) {
-			calls = append(calls, u)
-		} else {
+		}
+		n, err := s.nodeFor(rctx, u.keys[0])
+		if err != nil || rctx.Err() != nil || n.gate.stalled.Load() {
 			s.refunds.add(ctx, u)
-		}
-	}
-	nu := len(calls)
-	var read []*group
-	for _, g := range checks {
-		if live(g) {
-			calls = append(calls, call{g.keys, append([]any{"c"}, g.args[1:]...)})
-			read = append(read, g)
-		}
-	}
-	cmds := runScripts(rctx, s.c, calls)
-	for i, cmd := range cmds[:nu] {
-		// The reply is the count of counters changed (-1: already done).
-		if _, err := cmd.Int64(); err != nil {
-			s.refunds.retried.Add(1)
-			s.refunds.add(ctx, calls[i])
-		}
-	}
-	for i, g := range read {
-		r, err := cmds[nu+i].Slice()
-		if err != nil {
 			continue
 		}
-		if admitted, err := parseAdmitted(r); err == nil {
-			g.reply = r
-			denies = denies || !admitted
+		all = append(all, sent{p: n.submit(rctx, u, g.slot), e: u})
+	}
+	for _, g := range checks {
+		n, err := s.nodeFor(rctx, g.e.keys[0])
+		if err != nil || rctx.Err() != nil || n.gate.stalled.Load() {
+			continue
+		}
+		c := *g.e
+		c.kind, c.hr, c.kr = kindCheck, nil, nil
+		all = append(all, sent{p: n.submit(rctx, &c, g.slot), g: g, e: &c})
+	}
+	for _, x := range all {
+		err := x.p.wait(rctx)
+		switch {
+		case x.g == nil && err != nil:
+			s.refunds.retried.Add(1)
+			s.refunds.add(ctx, x.e)
+		case x.g != nil && err == nil:
+			x.g.e.hr, x.g.e.kr, x.g.e.admitted = x.e.hr, x.e.kr, x.e.admitted
+			x.g.replied = true
+			denies = denies || !x.e.admitted
 		}
 	}
 	return denies
 }
 
-// gateFor returns the gate of the node that serves key: the one node's on a
-// standalone or Sentinel Redis, the slot's master's on a Cluster.
-func (s *Store) gateFor(ctx context.Context, key string) *gate {
-	cc, ok := s.c.(*goredis.ClusterClient)
-	if !ok {
-		return s.gate
+// nodeFor returns the node that serves key: the one node on a standalone or
+// Sentinel Redis, the slot's master on a Cluster.
+func (s *Store) nodeFor(ctx context.Context, key string) (*node, error) {
+	if s.cluster == nil {
+		return s.node, nil
 	}
-	node, err := cc.MasterForKey(ctx, key)
+	c, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {
-		return s.gate // the call fails on its own
+		return nil, fmt.Errorf("%w: find the master of a slot: %w", limiter.ErrStoreUnavailable, err)
 	}
-	addr := node.Options().Addr
-	if g, ok := s.gates.Load(addr); ok {
-		return g.(*gate)
+	addr := c.Options().Addr
+	if n, ok := s.nodes.Load(addr); ok && n.(*node).c == scriptClient(c) {
+		return n.(*node), nil
 	}
-	g, _ := s.gates.LoadOrStore(addr, newGate(node.Options().PoolSize, func(ctx context.Context) error { return node.Ping(ctx).Err() }))
-	return g.(*gate)
+	n := s.newNode(c, c.Options().PoolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	if old, loaded := s.nodes.LoadOrStore(addr, n); loaded && old.(*node).c == scriptClient(c) {
+		return old.(*node), nil
+	}
+	s.nodes.Store(addr, n) // a new client for the address (the cluster reconnected)
+	return n, nil
+}
+
+// runDirect decides es now, bypassing the nodes' queues and gates (the
+// refunder's path): grouped by node, one pipeline per node, in parallel.
+// It returns each entry's error.
+func (s *Store) runDirect(ctx context.Context, es []*entry) []error {
+	errs := make([]error, len(es))
+	byNode := map[*node][]int{}
+	for i, e := range es {
+		n, err := s.nodeFor(ctx, e.keys[0])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		byNode[n] = append(byNode[n], i)
+	}
+	var wg sync.WaitGroup
+	for n, idx := range byNode {
+		wg.Go(func() {
+			ps := make([]*pending, len(idx))
+			for j, i := range idx {
+				ps[j] = &pending{e: es[i], slot: s.slotOf(es[i].keys[0])}
+			}
+			for j, err := range runEntries(ctx, n.c, n.caller, n.clock(), ps) {
+				errs[idx[j]] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// slotOf is key's Cluster slot, 0 on a standalone Redis.
+func (s *Store) slotOf(key string) int {
+	if s.cluster == nil {
+		return 0
+	}
+	return slot(key)
 }
 
 // split builds one group per slot (one group in all on a standalone Redis),
-// each with its distinct keys and its "a" arguments, in ascending slot order.
-// quotaSplit reports that the enforced quota hits are in more than one
-// group; their flags then say shadow instead of quota (see Apply).
-func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSplit bool) {
+// each with its apply entry, in ascending slot order. quotaSplit reports
+// that the enforced quota hits are in more than one group; their flags then
+// say shadow instead of quota (see Apply).
+func (s *Store) split(hits []limiter.Hit) (groups []*group, quotaSplit bool) {
 	n := len(hits)
 	keys := make([]string, n)
 	for i, h := range hits {
@@ -427,7 +521,7 @@ func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSpl
 	}
 	// first[i]: the first hit on hits[i]'s key; by first hit: inc, the
 	// largest non-refund Hits on the key (what it grows by), and kidx, the
-	// key's 1-based index in its group's KEYS.
+	// key's index in its group's entry.
 	ints := make([]int, 2*n)
 	first, kidx := firstOfKey(keys, ints[:n]), ints[n:]
 	inc := make([]uint64, n)
@@ -438,8 +532,9 @@ func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSpl
 		}
 		g := s.groupOf(&groups, keys[i], n)
 		if first[i] == i {
-			g.keys = append(g.keys, keys[i])
-			kidx[i] = len(g.keys)
+			kidx[i] = len(g.e.keys)
+			g.e.keys = append(g.e.keys, keys[i])
+			g.e.specs = append(g.e.specs, specOf(h.Limit))
 		}
 		g.hits = append(g.hits, i)
 		if h.Quota && !h.Shadow && !h.Refund {
@@ -448,17 +543,12 @@ func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSpl
 		}
 	}
 	for _, g := range groups {
-		g.args = make([]any, 0, argsHead+argsPerKey*len(g.keys)+argsPerHit*len(g.hits))
-		g.args = append(g.args, "a", now)
-		for _, i := range g.hits {
-			if first[i] == i {
-				l := hits[i].Limit
-				g.args = append(g.args, int(l.Algorithm), l.Window.Milliseconds(), l.SubWindowCount())
-			}
-		}
-		for _, i := range g.hits {
+		g.e.full = len(groups) > 1
+		g.e.hits = make([]hitArg, len(g.hits))
+		for j, i := range g.hits {
 			h := hits[i]
-			g.args = append(g.args, kidx[first[i]], h.Limit.Requests, h.Limit.Burst, h.Hits, flags(h, inc[first[i]], quotaSplit))
+			g.e.hits[j] = hitArg{key: kidx[first[i]], requests: float64(h.Limit.Requests), burst: float64(h.Limit.Burst),
+				hits: float64(h.Hits), flags: flags(h, inc[first[i]], quotaSplit)}
 		}
 	}
 	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
@@ -467,23 +557,21 @@ func (s *Store) split(hits []limiter.Hit, now string) (groups []*group, quotaSpl
 
 // groupOf returns the group of key's slot from *groups, adding it if new.
 func (s *Store) groupOf(groups *[]*group, key string, hits int) *group {
-	sl := 0
-	if s.cluster {
-		sl = slot(key)
-	}
+	sl := s.slotOf(key)
 	for _, g := range *groups {
 		if g.slot == sl {
 			return g
 		}
 	}
-	g := &group{slot: sl, keys: make([]string, 0, hits), hits: make([]int, 0, hits)}
+	g := &group{slot: sl, hits: make([]int, 0, hits),
+		e: &entry{kind: kindApply, keys: make([]string, 0, hits), specs: make([]keySpec, 0, hits)}}
 	*groups = append(*groups, g)
 	return g
 }
 
 // flags returns the script's flags for h, whose key grows by inc.
-func flags(h limiter.Hit, inc uint64, quotaSplit bool) int {
-	f := 0
+func flags(h limiter.Hit, inc uint64, quotaSplit bool) byte {
+	var f byte
 	if h.Refund {
 		f |= flagRefund
 	}
@@ -529,157 +617,57 @@ func firstOfKey(keys []string, first []int) []int {
 	return first
 }
 
-// undoCall returns the "u" call that takes back what g's "a" call
+// undoEntry returns the undo entry that takes back what g's apply
 // consumed, under a marker of its own, and false when there is nothing to
 // take back (g did not admit, or its tokens say it changed nothing).
-func (s *Store) undoCall(g *group) (call, bool) {
-	if !g.admitted || g.reply == nil {
-		return call{}, false
+func (s *Store) undoEntry(g *group) (*entry, bool) {
+	if !g.admitted || !g.replied {
+		return nil, false
 	}
-	args := undoArgs(g)
-	if args == nil {
-		return call{}, false
-	}
-	return call{append(slices.Clip(g.keys), g.keys[0]+":u:"+s.refunds.ids.next()), args}, true
-}
-
-// call is one script call: its KEYS and ARGV.
-type call struct {
-	keys []string
-	args []any
-}
-
-// runScripts sends calls under ctx, in one pipeline when there are several
-// (a ClusterClient splits it per node), and returns each one's Cmd. A
-// NOSCRIPT answer is retried with Script.Run (EVAL).
-func runScripts(ctx context.Context, c Client, calls []call) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(calls))
-	switch len(calls) {
-	case 0:
-		return cmds
-	case 1:
-		cmds[0] = script.Run(ctx, c, calls[0].keys, calls[0].args...)
-		return cmds
-	}
-	pipe := c.Pipeline()
-	for i, cl := range calls {
-		cmds[i] = pipe.EvalSha(ctx, script.Hash(), cl.keys, cl.args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	for i, cl := range calls {
-		if goredis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
-			cmds[i] = script.Run(ctx, c, cl.keys, cl.args...)
-		}
-	}
-	return cmds
-}
-
-// undoArgs returns the "u" ARGV taking back what g's "a" call consumed, or
-// nil when it consumed nothing (every token's u2 is 0) or its reply is
-// malformed.
-func undoArgs(g *group) []any {
-	nh, nk := len(g.hits), len(g.keys)
-	if len(g.reply) != replyLen(nh, nk) {
-		return nil
-	}
-	tokens := g.reply[replyHead+replyHit*nh:]
-	args := make([]any, 0, argsUndoHead+argsPerUndoKey*nk)
-	args = append(args, "u", g.args[1], RefundMarkerTTL.Milliseconds())
+	e := g.e
+	u := &entry{kind: kindUndo, ttl: float64(RefundMarkerTTL.Milliseconds()),
+		keys:  append(slices.Clip(e.keys), e.keys[0]+":u:"+s.refunds.ids.next()),
+		specs: append(slices.Clip(e.specs), keySpec{alg: markerAlgorithm}), undo: make([]float64, 0, 2*len(e.keys))}
 	changed := false
-	for k := range nk {
-		u1, ok1 := tokens[replyKey*k].(int64)
-		u2, ok2 := tokens[replyKey*k+1].(int64)
-		if !ok1 || !ok2 {
-			return nil
-		}
-		changed = changed || u2 != 0
-		key := g.args[argsHead+argsPerKey*k:]
-		args = append(args, key[0], key[1], key[2], u1, u2)
+	for _, t := range e.kr {
+		changed = changed || t.u2 != 0
+		u.undo = append(u.undo, t.u1, t.u2)
 	}
-	if !changed {
-		return nil
-	}
-	return args
-}
-
-func parseAdmitted(r []any) (bool, error) {
-	if len(r) < replyHead {
-		return false, errors.New("redis: limiter script reply too short")
-	}
-	a, ok := r[replyAdmitted].(int64)
-	if !ok {
-		return false, errors.New("redis: limiter script reply: admitted is not an integer")
-	}
-	return a == 1, nil
+	return u, changed
 }
 
 // fillAll fills the Results of every group, as fill does. The Results of a
 // group without a reply (a denied Cluster request's slot that could not be
 // read) say nothing: Allowed, the rest zero.
-func fillAll(results []limiter.Result, groups []*group, admitted bool) error {
+func fillAll(results []limiter.Result, groups []*group, admitted bool) {
 	for _, g := range groups {
-		if g.reply == nil {
+		if !g.replied {
 			for _, i := range g.hits {
 				results[i] = limiter.Result{Allowed: true}
 			}
 			continue
 		}
-		if err := fill(results, g, admitted); err != nil {
-			return fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
-		}
+		fill(results, g, admitted)
 	}
-	return nil
 }
 
 // fill writes the Results of g's hits (OverLimit aside), picking the
 // counters' state after consumption when the whole request was admitted and
-// before it otherwise.
-func fill(results []limiter.Result, g *group, admitted bool) error {
-	r := g.reply
-	if want := replyLen(len(g.hits), len(g.keys)); len(r) != want {
-		return fmt.Errorf("redis: limiter script reply has %d values, want %d", len(r), want)
-	}
+// before it otherwise. A remaining converts from its double as
+// limiter.Evaluate converts its float64.
+func fill(results []limiter.Result, g *group, admitted bool) {
 	for j, i := range g.hits {
-		v := r[replyHead+replyHit*j : replyHead+replyHit*(j+1)]
-		allowed, ok1 := v[replyAllowed].(int64)
-		exceeds, ok2 := v[replyExceeds].(int64)
-		retry, ok3 := v[replyRetryAfter].(int64)
-		rem, reset := v[replyRemainingDenied], v[replyResetDenied]
+		v := g.e.hr[j]
+		rem, reset := v.remDenied, v.resetDenied
 		if admitted {
-			rem, reset = v[replyRemainingAdmitted], v[replyResetAdmitted]
-		}
-		resetMs, ok4 := reset.(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return fmt.Errorf("redis: limiter script reply for hit %d has unexpected types %T", i, v)
-		}
-		remaining, err := parseRemaining(rem)
-		if err != nil {
-			return fmt.Errorf("redis: limiter script reply for hit %d: remaining: %w", i, err)
+			rem, reset = v.remAdmitted, v.resetAdmitted
 		}
 		results[i] = limiter.Result{
-			Allowed:      allowed == 1,
-			ExceedsLimit: exceeds == 1,
-			Remaining:    remaining,
-			ResetAfter:   time.Duration(resetMs) * time.Millisecond,
-			RetryAfter:   time.Duration(retry) * time.Millisecond,
+			Allowed:      v.allowed,
+			ExceedsLimit: v.exceeds,
+			Remaining:    uint64(rem),
+			ResetAfter:   time.Duration(reset) * time.Millisecond,
+			RetryAfter:   time.Duration(v.retry) * time.Millisecond,
 		}
 	}
-	return nil
-}
-
-// parseRemaining reads a remaining count of the reply: an integer, or from
-// 2^63 on a string holding the whole double, which it converts as
-// limiter.Evaluate converts its float64.
-func parseRemaining(v any) (uint64, error) {
-	switch r := v.(type) {
-	case int64:
-		return uint64(r), nil
-	case string:
-		f, err := strconv.ParseFloat(r, 64)
-		if err != nil {
-			return 0, err
-		}
-		return uint64(f), nil
-	}
-	return 0, fmt.Errorf("a %T", v)
 }

@@ -116,7 +116,7 @@ func TestClusterConcurrentCrossSlot(t *testing.T) {
 	for range 4 {
 		stores = append(stores, New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: loadTimeout}))
 	}
-	if groups, _ := stores[0].split(hits, ""); len(groups) != 3 {
+	if groups, _ := stores[0].split(hits); len(groups) != 3 {
 		t.Fatalf("keys %q are in %d slots, want 3", keys, len(groups))
 	}
 	got := race(t, stores, 400, hits)
@@ -157,7 +157,7 @@ func TestClusterRefundIsExact(t *testing.T) {
 	// Fill the counter of the slot decided last, so that the earlier two
 	// consume and must be refunded.
 	hits := []limiter.Hit{perMinute(keys[0], 10), perMinute(keys[1], 10), perMinute(keys[2], 10)}
-	groups, _ := s.split(hits, "")
+	groups, _ := s.split(hits)
 	last := hits[groups[2].hits[0]]
 	last.Hits = 10
 	if _, err := s.Apply(ctx, []limiter.Hit{last}); err != nil {
@@ -209,20 +209,24 @@ func TestSlotMatchesRedis(t *testing.T) {
 	}
 }
 
-// TestScriptFlush: decisions resume after SCRIPT FLUSH with the same Store
-// (EVALSHA fails with NOSCRIPT and Script.Run falls back to EVAL).
+// TestScriptFlush: decisions resume after FUNCTION FLUSH and SCRIPT FLUSH
+// with the same Store (FCALL fails with "Function not found", EVALSHA with
+// NOSCRIPT, and the Store loads the library or the script again), whether it
+// calls the library or, on a Redis without functions, the script.
 func TestScriptFlush(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"standalone", "cluster"} {
+	for _, name := range []string{"standalone", "cluster", "standalone eval", "cluster eval"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var s *Store
 			var flush func() error
 			hits := []limiter.Hit{perMinute("a", 3)}
-			if name == "standalone" {
+			if strings.HasPrefix(name, "standalone") {
 				var c *goredis.Client
 				s, c = newTestStore(t, Options{})
-				flush = func() error { return c.ScriptFlush(context.Background()).Err() }
+				flush = func() error {
+					return errors.Join(c.ScriptFlush(context.Background()).Err(), c.FunctionFlush(context.Background()).Err())
+				}
 			} else {
 				addrs := redistest.Cluster(t)
 				prefix := redistest.Prefix(t.Name())
@@ -231,10 +235,13 @@ func TestScriptFlush(t *testing.T) {
 				s = New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: testTimeout})
 				flush = func() error {
 					return c.ForEachShard(context.Background(), func(ctx context.Context, n *goredis.Client) error {
-						return n.ScriptFlush(ctx).Err()
+						return errors.Join(n.ScriptFlush(ctx).Err(), n.FunctionFlush(ctx).Err())
 					})
 				}
 				hits = append(hits, perMinute(clusterKeys(t, c, 2, time.Minute)[1], 3), perMinute(clusterKeys(t, c, 2, time.Minute)[0], 3))
+			}
+			if strings.HasSuffix(name, "eval") {
+				s.caller.mode.Store(modeEval)
 			}
 			for i := range 4 {
 				if err := flush(); err != nil {
@@ -242,7 +249,7 @@ func TestScriptFlush(t *testing.T) {
 				}
 				res, err := s.Apply(context.Background(), hits)
 				if err != nil {
-					t.Fatalf("Apply after SCRIPT FLUSH: %v", err)
+					t.Fatalf("Apply after FUNCTION FLUSH and SCRIPT FLUSH: %v", err)
 				}
 				if want := i < 3; res[0].Allowed != want {
 					t.Errorf("request %d: Allowed = %v, want %v", i, res[0].Allowed, want)
@@ -457,7 +464,7 @@ func TestClusterQuotaGroupAcrossSlots(t *testing.T) {
 	}
 
 	req := []limiter.Hit{a, b, c}
-	if _, split := s.split(req, ""); !split {
+	if _, split := s.split(req); !split {
 		t.Fatalf("quota hits on %q and %q: split = false, want true (two slots)", keys[0], keys[1])
 	}
 	res, err := s.Apply(ctx, req)
@@ -519,13 +526,13 @@ func TestSplitQuotaGroups(t *testing.T) {
 		{"two slots", cluster, []limiter.Hit{quota(keys[0]), quota(keys[1])}, true},
 		{"a shadow quota hit is not in the group", cluster, []limiter.Hit{quota(keys[0]), shadowQuota}, false},
 	} {
-		groups, split := tc.s.split(tc.hits, "")
+		groups, split := tc.s.split(tc.hits)
 		if split != tc.want {
 			t.Errorf("%s: split = %v, want %v", tc.name, split, tc.want)
 		}
 		for _, g := range groups {
 			for j, i := range g.hits {
-				f := g.args[argsHead+argsPerKey*len(g.keys)+argsPerHit*j+4].(int)
+				f := g.e.hits[j].flags
 				h := tc.hits[i]
 				if wantShadow := h.Shadow || h.Quota && tc.want; (f&flagShadow != 0) != wantShadow || (f&flagQuota != 0) != h.Quota {
 					t.Errorf("%s: hit %d flags %b, want shadow %v quota %v", tc.name, i, f, wantShadow, h.Quota)

@@ -22,22 +22,17 @@ func TestUndo(t *testing.T) {
 	ctx := context.Background()
 	const w = 60_000
 	t0 := int64(1_800_000_000_000) // a window start
-	run := func(now int64, keys []string, args ...any) any {
+	spec := specOf(limiter.Limit{Window: w * time.Millisecond})
+	apply := func(now int64, key string, n uint64, refund bool) (idx, delta float64) {
 		t.Helper()
-		r, err := script.Run(ctx, c, keys, append([]any{args[0], strconv.FormatInt(now, 10)}, args[1:]...)...).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	apply := func(now int64, key string, n uint64, refund bool) (idx, delta int64) {
-		t.Helper()
-		flags := 0
+		var flags byte
 		if refund {
-			flags = 1
+			flags = flagRefund
 		}
-		r := run(now, []string{key}, "a", int(limiter.SlidingWindow), w, 1, 1, 100, 0, n, flags).([]any)
-		return r[len(r)-2].(int64), r[len(r)-1].(int64)
+		e := &entry{kind: kindApply, full: true, keys: []string{key}, specs: []keySpec{spec},
+			hits: []hitArg{{requests: 100, hits: float64(n), flags: flags}}}
+		runAt(t, s, now, e)
+		return e.kr[0].u1, e.kr[0].u2
 	}
 	state := func(key string) limiter.State {
 		t.Helper()
@@ -68,14 +63,17 @@ func TestUndo(t *testing.T) {
 				apply(t0+tc.undoAt, key, 0, false)
 			}
 			marker := key + ":u:test"
-			undo := func() any {
-				return run(t0+tc.undoAt, []string{key, marker}, "u", RefundMarkerTTL.Milliseconds(), int(limiter.SlidingWindow), w, 1, idx, delta)
+			undo := func() float64 {
+				e := &entry{kind: kindUndo, keys: []string{key, marker}, specs: []keySpec{spec, {alg: markerAlgorithm}},
+					undo: []float64{idx, delta}, ttl: float64(RefundMarkerTTL.Milliseconds())}
+				runAt(t, s, t0+tc.undoAt, e)
+				return e.changed
 			}
 			first := undo()
 			if got := state(key); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("after undo: %+v, want %+v", got, tc.want)
 			}
-			if again := undo(); again != int64(-1) || first == int64(-1) {
+			if again := undo(); again != -1 || first == -1 {
 				t.Errorf("undo = %v, then again with its marker %v, want a count, then -1", first, again)
 			}
 			if got := state(key); !reflect.DeepEqual(got, tc.want) {
@@ -92,5 +90,20 @@ func TestUndo(t *testing.T) {
 				t.Errorf("PTTL after undo = %v, want no key", ttl)
 			}
 		})
+	}
+}
+
+// runAt runs es in one script call on s's Redis with the clock at now (Unix
+// ms), failing t on any error.
+func runAt(t testing.TB, s *Store, now int64, es ...*entry) {
+	t.Helper()
+	ps := make([]*pending, len(es))
+	for i, e := range es {
+		ps[i] = &pending{e: e}
+	}
+	for i, err := range runEntries(context.Background(), s.node.c, s.node.caller, strconv.FormatInt(now, 10), ps) {
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
 	}
 }

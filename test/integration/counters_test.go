@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	bin "encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,14 +58,25 @@ func keyHolding(t *testing.T, addrs []string, prefix, s string) string {
 	return found[0]
 }
 
-// counted returns the hits a sliding window counter holds: the sum of its
-// hash's counts (cur and prev with one sub-window; one field per sub-window
-// with several), all but the index "i", 0 when the key is missing. A run
-// shorter than the window loses none. addrs are tried in turn (a Cluster key
-// lives on one master).
+// counted returns the hits a sliding window counter holds, 0 when the key
+// is missing: with one sub-window the sum of its hash's counts (cur and
+// prev, all but the index "i"); with several the running total of its packed
+// string (pkg/redis's limiter.lua: a little-endian double at bytes 8-16). A
+// run shorter than the window loses none. addrs are tried in turn (a Cluster
+// key lives on one master).
 func counted(t *testing.T, addrs []string, key string) uint64 {
 	t.Helper()
 	for _, a := range addrs {
+		typ, err := redistest.Do(a, "TYPE", key)
+		if err != nil {
+			if strings.HasPrefix(err.Error(), "MOVED") {
+				continue
+			}
+			t.Fatalf("TYPE %q on %s: %v", key, a, err)
+		}
+		if typ == "string" {
+			return packedTotal(t, a, key)
+		}
 		r, err := redistest.Do(a, "HGETALL", key)
 		if err != nil {
 			if strings.HasPrefix(err.Error(), "MOVED") {
@@ -87,6 +100,21 @@ func counted(t *testing.T, addrs []string, key string) uint64 {
 	}
 	t.Fatalf("no node of %v holds slot of %q", addrs, key)
 	return 0
+}
+
+// packedTotal reads the running total of the packed sub-window string at
+// key on addr.
+func packedTotal(t *testing.T, addr, key string) uint64 {
+	t.Helper()
+	r, err := redistest.Do(addr, "GET", key)
+	if err != nil {
+		t.Fatalf("GET %q on %s: %v", key, addr, err)
+	}
+	v, _ := r.(string)
+	if len(v) < 16 {
+		t.Fatalf("GET %q: %d bytes, want a 16-byte head", key, len(v))
+	}
+	return uint64(math.Float64frombits(bin.LittleEndian.Uint64([]byte(v[8:16]))))
 }
 
 // keySlot returns the Cluster slot of key, by CLUSTER KEYSLOT on addr.

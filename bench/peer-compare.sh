@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# peer-compare.sh: Sluice against envoyproxy/ratelimit ("the peer") on ONE
+# redis-server, alternating, same load generator (cmd/loadgen), same
+# descriptor config (bench/loadtest.yaml, which both read), one service at a
+# time. For every round, concurrency (CONC) and descriptor count (DESCS), it
+# runs the peer, then Sluice (the order flips every round), each freshly
+# started, warmed up by an unmeasured loadgen run, then measured by a second
+# one, and records:
+#   decisions/s and p50/p99/p99.9 (loadgen: one decision is one
+#     ShouldRateLimit call, of DESCS descriptors),
+#   service CPU per decision (utime+stime of /proc/<pid>/stat),
+#   Redis CPU per decision (INFO cpu used_cpu_sys+used_cpu_user),
+#   Redis calls per decision: requests Redis received from the service
+#     (script calls for Sluice, commands for the peer) and commands it ran
+#     (INFO commandstats, those run inside scripts included),
+# as one JSON line per measurement in $OUT, then a table of medians and
+# Sluice/peer ratios (also: bench/peer-compare.sh --summarize FILE).
+#
+# Then the hot key: one counter (bench/hotkey.yaml, 100,000 a minute), 64
+# callers on 2 instances of each service sharing the Redis, for a run
+# shorter than the minute: admitted requests (at most the limit) and Redis
+# calls per decision.
+#
+# The peer is built with `go install github.com/envoyproxy/ratelimit/src/service_cmd@$PEER_VERSION`
+# into $CACHE (outside the repository; never committed) unless already there.
+#
+# Environment: RUNS (3), DURATION (8s), WARMUP (2s), CONC ("1 16 64"),
+# DESCS ("1 3"), KEYS (10000 values per descriptor key), PEER_VERSION
+# (latest), CACHE (~/.cache/sluice-bench), SLUICE_FLAGS (extra flags for
+# Sluice), HOT (1: run the hot key part; 0: skip), HOT_FLAGS (extra flags
+# for Sluice in the hot key run), OUT (bench/out/peer-compare.jsonl).
+# Needs go, redis-server, redis-cli, jq, curl, python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+summarize() { # file: medians per service, concurrency and descriptors, and ratios
+	jq -rs '
+	def median: sort | if length == 0 then null elif length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end;
+	def r(x; n): if x == null then "-" else ((x * pow(10; n) | round) / pow(10; n) | tostring) end;
+	def ratio(a; b): if a == null or b == null or b == 0 then "-" else r(a / b; 2) + "x" end;
+	[.[] | select(.hot != true)] as $all |
+	($all | group_by([.c, .d, .svc]) | map({c: .[0].c, d: .[0].d, svc: .[0].svc, n: length,
+		dps: (map(.decisions_per_s) | median), p50: (map(.p50_us) | median), p99: (map(.p99_us) | median),
+		p999: (map(.p999_us) | median), svc_cpu: (map(.svc_cpu_us) | median), redis_cpu: (map(.redis_cpu_us) | median),
+		calls: (map(.redis_calls) | median), cmds: (map(.redis_cmds) | median), errors: (map(.errors) | add)})) as $m |
+	"| c | descriptors | service | decisions/s | p50 ms | p99 ms | p99.9 ms | service CPU µs/decision | Redis CPU µs/decision | Redis calls/decision | Redis commands/decision | errors |",
+	"| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+	($m[] | "| \(.c) | \(.d) | \(.svc) (n=\(.n)) | \(r(.dps; 0)) | \(r(.p50/1000; 2)) | \(r(.p99/1000; 2)) | \(r(.p999/1000; 2)) | \(r(.svc_cpu; 1)) | \(r(.redis_cpu; 2)) | \(r(.calls; 3)) | \(r(.cmds; 3)) | \(.errors) |"),
+	"",
+	"Sluice / peer, medians of the same run:",
+	"",
+	"| c | descriptors | decisions/s | p99 | service CPU/decision | Redis CPU/decision | Redis calls/decision |",
+	"| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+	($m | group_by([.c, .d])[] | (map(select(.svc == "sluice"))[0]) as $s | (map(select(.svc == "peer"))[0]) as $p |
+		select($s != null and $p != null) |
+		"| \($s.c) | \($s.d) | \(ratio($s.dps; $p.dps)) | \(ratio($s.p99; $p.p99)) | \(ratio($s.svc_cpu; $p.svc_cpu)) | \(ratio($s.redis_cpu; $p.redis_cpu)) | \(ratio($s.calls; $p.calls)) |"),
+	"",
+	([.[] | select(.hot == true)] | if length == 0 then empty else
+		"Hot key (one counter, limit \(.[0].limit) a minute, \(.[0].c) callers on 2 instances, \(.[0].elapsed_s | floor) s):",
+		"",
+		"| service | flags | decisions/s | admitted | admitted / limit | p99 ms | Redis calls/decision | Redis commands/decision | Redis CPU µs/decision |",
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+		(.[] | "| \(.svc) | \(.flags) | \(r(.decisions_per_s; 0)) | \(.admitted) | \(r(.admitted / .limit; 4)) | \(r(.p99_us/1000; 2)) | \(r(.redis_calls; 4)) | \(r(.redis_cmds; 4)) | \(r(.redis_cpu_us; 2)) |")
+	end)
+	' "$1"
+}
+if [ "${1:-}" = --summarize ]; then
+	summarize "$2"
+	exit 0
+fi
+
+OUT=${OUT:-bench/out/peer-compare.jsonl}
+RUNS=${RUNS:-3} DURATION=${DURATION:-8s} WARMUP=${WARMUP:-2s} CONC=${CONC:-"1 16 64"} DESCS=${DESCS:-"1 3"}
+KEYS=${KEYS:-10000} PEER_VERSION=${PEER_VERSION:-latest} HOT=${HOT:-1}
+CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-bench}
+read -r -a sluice_flags <<<"${SLUICE_FLAGS:-}"
+read -r -a hot_flags <<<"${HOT_FLAGS:-}"
+mkdir -p "$(dirname "$OUT")"
+
+peer="$CACHE/peer-$PEER_VERSION/service_cmd"
+if [ ! -x "$peer" ]; then
+	echo "building envoyproxy/ratelimit@$PEER_VERSION into $CACHE" >&2
+	GOBIN="$(dirname "$peer")" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$PEER_VERSION"
+fi
+peer_mod=$(go version -m "$peer" | awk '$1=="mod" {print $2"@"$3}')
+tmp=$(mktemp -d)
+go build -o "$tmp/sluice" ./cmd/server
+go build -o "$tmp/loadgen" ./cmd/loadgen
+sluice_rev=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo -dirty)
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rport=$(freeport)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --pidfile "$tmp/redis.pid" \
+	--logfile "$tmp/redis.log" >/dev/null
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	[ -f "$tmp/redis.pid" ] && kill "$(cat "$tmp/redis.pid")" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+rcli() { redis-cli -p "$rport" "$@"; }
+
+# The peer reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
+mkdir -p "$tmp/runtime/current/ratelimit/config" "$tmp/hotruntime/current/ratelimit/config"
+cp bench/loadtest.yaml "$tmp/runtime/current/ratelimit/config/bench.yaml"
+cp bench/hotkey.yaml "$tmp/hotruntime/current/ratelimit/config/bench.yaml"
+
+# start SVC CONFIG PREFIX [flags...]: starts one service in the background;
+# sets $svc_pid and $svc_addr (gRPC) when it answers its health check.
+start() {
+	local svc=$1 config=$2 prefix=$3
+	shift 3
+	local grpc http debug
+	grpc=$(freeport) http=$(freeport) debug=$(freeport)
+	if [ "$svc" = peer ]; then
+		local root=$tmp/runtime/current
+		[ "$config" = bench/hotkey.yaml ] && root=$tmp/hotruntime/current
+		env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$rport" \
+			RUNTIME_ROOT="$root" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
+			HOST=127.0.0.1 PORT="$http" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug" \
+			CACHE_KEY_PREFIX="$prefix" "$peer" >"$tmp/$svc.log" 2>&1 &
+	else
+		"$tmp/sluice" --config "$config" --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
+			--debug-addr "127.0.0.1:$debug" --log-format json --log-level warn --ui=false \
+			--redis-url "redis://127.0.0.1:$rport/0" --redis-prefix "$prefix" "$@" >"$tmp/$svc.log" 2>&1 &
+	fi
+	svc_pid=$!
+	pids+=("$svc_pid")
+	svc_addr=127.0.0.1:$grpc
+	for _ in $(seq 100); do
+		curl -sf "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "$svc did not start:" >&2
+	cat "$tmp/$svc.log" >&2
+	exit 1
+}
+stop() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock ticks
+hz=$(getconf CLK_TCK)
+redis_cpu() { rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
+# redis_counts: "script calls" "all commands" from INFO commandstats (INFO
+# itself aside); for the peer, every command it sends is a call.
+redis_counts() {
+	rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '/^cmdstat_/ {
+		name = substr($1, 9); n = $3
+		if (name == "info") next
+		all += n
+		if (name ~ /^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/) scripts += n
+	} END {print scripts + 0, all + 0}'
+}
+
+# measure SVC RUN C D: one fresh service, a warmup, one measured run.
+measure() {
+	local svc=$1 run=$2 c=$3 d=$4
+	local flags=()
+	[ "$svc" = sluice ] && flags=("${sluice_flags[@]}")
+	start "$svc" bench/loadtest.yaml "$svc$run$c$d:" "${flags[@]}"
+	local lg=(-target "$svc_addr" -concurrency "$c" -descriptors "$d" -keys "$KEYS" -seed "$run")
+	"$tmp/loadgen" "${lg[@]}" -duration "$WARMUP" >/dev/null
+	local load t0 r0 s0 a0 t1 r1 s1 a1
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	t0=$(ticks "$svc_pid") r0=$(redis_cpu)
+	read -r s0 a0 < <(redis_counts)
+	"$tmp/loadgen" "${lg[@]}" -duration "$DURATION" -json >"$tmp/run.json"
+	t1=$(ticks "$svc_pid") r1=$(redis_cpu)
+	read -r s1 a1 < <(redis_counts)
+	stop "$svc_pid"
+	jq -c --arg svc "$svc" --argjson run "$run" --argjson hz "$hz" --argjson dt "$((t1 - t0))" \
+		--argjson r0 "$r0" --argjson r1 "$r1" --argjson ds "$((s1 - s0))" --argjson da "$((a1 - a0))" \
+		--arg load "$load" --arg peer "$peer_mod" --arg rev "$sluice_rev" --arg flags "${flags[*]}" '
+		{svc: $svc, run: $run, c: .concurrency, d: .descriptors, keys: .keys, elapsed_s: .elapsed_s,
+		 decisions: .requests, decisions_per_s: .decisions_per_s, errors: .error_total, over_limit: .over_limit,
+		 p50_us: .latency_us.p50, p99_us: .latency_us.p99, p999_us: .latency_us.p99_9,
+		 svc_cpu_us: ($dt / $hz * 1e6 / .requests), redis_cpu_us: (($r1 - $r0) * 1e6 / .requests),
+		 redis_calls: ((if $svc == "peer" then $da else $ds end) / .requests), redis_cmds: ($da / .requests),
+		 load1: ($load | tonumber), peer: $peer, sluice: $rev, flags: $flags}' "$tmp/run.json" >>"$OUT"
+	jq -r '"\(.svc) run=\(.run) c=\(.c) d=\(.d): \(.decisions_per_s|floor)/s p50 \(.p50_us|floor)µs p99 \(.p99_us|floor)µs p99.9 \(.p999_us|floor)µs svc \(.svc_cpu_us*10|round/10)µs redis \(.redis_cpu_us*100|round/100)µs calls \(.redis_calls*1000|round/1000) cmds \(.redis_cmds*1000|round/1000) err \(.errors) load \(.load1)"' <<<"$(tail -1 "$OUT")"
+}
+
+# hot SVC [flags...]: two instances, one counter, 64 callers.
+hot() {
+	local svc=$1
+	shift
+	local a b pa pb prefix="hot$svc$RANDOM:"
+	start "$svc" bench/hotkey.yaml "$prefix" "$@"
+	a=$svc_addr pa=$svc_pid
+	start "$svc" bench/hotkey.yaml "$prefix" "$@"
+	b=$svc_addr pb=$svc_pid
+	local t0 r0 s0 a0 t1 r1 s1 a1 load
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	t0=$(($(ticks "$pa") + $(ticks "$pb"))) r0=$(redis_cpu)
+	read -r s0 a0 < <(redis_counts)
+	"$tmp/loadgen" -target "$a,$b" -concurrency 64 -descriptors 1 -keys 1 -duration 15s -json >"$tmp/hot.json"
+	t1=$(($(ticks "$pa") + $(ticks "$pb"))) r1=$(redis_cpu)
+	read -r s1 a1 < <(redis_counts)
+	stop "$pa"
+	stop "$pb"
+	# loadgen's first call on each connection (not in its report) may be
+	# admitted too: counted in "admitted", an upper bound.
+	jq -c --arg svc "$svc" --argjson hz "$hz" --argjson dt "$((t1 - t0))" --argjson r0 "$r0" --argjson r1 "$r1" \
+		--argjson ds "$((s1 - s0))" --argjson da "$((a1 - a0))" --arg load "$load" --arg flags "$*" \
+		--arg peer "$peer_mod" --arg rev "$sluice_rev" '
+		{hot: true, svc: $svc, flags: $flags, c: .concurrency, limit: 100000, elapsed_s: .elapsed_s,
+		 decisions: .requests, decisions_per_s: .decisions_per_s, admitted: (.ok + .connections), over_limit: .over_limit,
+		 errors: .error_total, p99_us: .latency_us.p99,
+		 svc_cpu_us: ($dt / $hz * 1e6 / .requests), redis_cpu_us: (($r1 - $r0) * 1e6 / .requests),
+		 redis_calls: ((if $svc == "peer" then $da else $ds end) / .requests), redis_cmds: ($da / .requests),
+		 load1: ($load | tonumber), peer: $peer, sluice: $rev}' "$tmp/hot.json" >>"$OUT"
+	jq -r '"hot \(.svc) \(.flags): \(.decisions_per_s|floor)/s admitted \(.admitted) of \(.limit), calls \(.redis_calls) cmds \(.redis_cmds) p99 \(.p99_us|floor)µs err \(.errors)"' <<<"$(tail -1 "$OUT")"
+}
+
+echo "peer $peer_mod, sluice $sluice_rev, redis $(redis-server --version | awk '{print $3}'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for run in $(seq "$RUNS"); do
+	order="peer sluice"
+	[ $((run % 2)) -eq 0 ] && order="sluice peer"
+	for c in $CONC; do
+		for d in $DESCS; do
+			for svc in $order; do
+				measure "$svc" "$run" "$c" "$d"
+			done
+		done
+	done
+done
+if [ "$HOT" = 1 ]; then
+	hot peer
+	hot sluice "${hot_flags[@]}"
+fi
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+summarize <(tail -n "$(( RUNS * $(wc -w <<<"$CONC") * $(wc -w <<<"$DESCS") * 2 + (HOT == 1 ? 2 : 0) ))" "$OUT")

@@ -1,0 +1,548 @@
+package redis
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// The kinds of a script entry (limiter.lua's header).
+const (
+	kindApply = 1
+	kindCheck = 2
+	kindUndo  = 3
+	// kindFull asks for the full reply of an apply or check (both pairs
+	// and the undo tokens), kindLease says a hit asks for a lease.
+	kindFull  = 16
+	kindLease = 32
+
+	// markerAlgorithm is the algorithm byte of a marker key.
+	markerAlgorithm = 255
+
+	// The flags of a hit.
+	flagRefund   = 1
+	flagShadow   = 2
+	flagExceeds  = 4 // the key's growth is over the Limit's Capacity
+	flagQuota    = 8
+	flagOverdraw = 16
+
+	specSize     = 10 // '<BdB' per key
+	hitSize      = 35 // '<HdddBd' per hit
+	tokenSize    = 18 // '<Hdd' per undo token
+	hitReplySize = 41 // '<Bddddd' per hit
+	keyReplySize = 24 // '<ddd' per key
+
+	// maxBatchKeys bounds the keys of one script call (its key indexes are
+	// 16 bits) and maxBatchEntries its entries.
+	maxBatchKeys    = 1 << 15
+	maxBatchEntries = 256
+)
+
+// entry is what one script call decides for one request in one slot: an
+// apply or check of its hits, or an undo. Several entries of one slot share
+// a call (a batch).
+type entry struct {
+	kind  byte
+	full  bool      // an apply or check that needs the full reply (a request over several slots)
+	lease bool      // a hit asks for a lease
+	keys  []string  // its counters in the order of their first hit; an undo's marker last
+	specs []keySpec // per key
+	hits  []hitArg  // apply and check
+	undo  []float64 // undo: u1, u2 per counter key
+	ttl   float64   // undo: the marker's TTL in ms; 0 without a marker
+
+	// The reply.
+	now      float64 // the script's clock, Unix ms
+	admitted bool
+	hr       []hitReply
+	kr       []keyReply
+	changed  float64 // undo: counters changed, -1 if it already ran
+}
+
+// keySpec is a counter's identity beside its key: what the script needs to
+// read it.
+type keySpec struct {
+	alg    byte
+	window float64 // ms
+	subs   byte
+}
+
+// hitArg is one hit of an entry. The numbers are the doubles the script
+// computes with (a uint64 converts to the nearest, as tonumber did with the
+// decimal text).
+type hitArg struct {
+	key                   int // into entry.keys
+	requests, burst, hits float64
+	flags                 byte
+	lease                 float64
+}
+
+// hitReply is the script's answer for one hit (see limiter.lua).
+type hitReply struct {
+	allowed, exceeds bool
+	retry            float64
+	remDenied        float64
+	resetDenied      float64
+	remAdmitted      float64
+	resetAdmitted    float64
+}
+
+// keyReply is the script's undo token for one key of an entry, and the
+// permits it leased.
+type keyReply struct {
+	u1, u2, leased float64
+}
+
+func specOf(l limiter.Limit) keySpec {
+	return keySpec{alg: byte(l.Algorithm), window: float64(l.Window.Milliseconds()), subs: byte(l.SubWindowCount())}
+}
+
+// encode appends the KEYS, the key specs (ARGV[2]) and the entries
+// (ARGV[3]) of one script call deciding es, which share a slot.
+func encode(es []*entry) (keys []string, specs, prog []byte) {
+	n, size := 0, 0
+	for _, e := range es {
+		n += len(e.keys)
+		size += 2 + hitSize*len(e.hits) + 10 + tokenSize*len(e.undo)/2
+	}
+	keys = make([]string, 0, n)
+	specs = make([]byte, 0, specSize*n)
+	prog = make([]byte, 0, size)
+	var index map[string]int
+	if n > 16 {
+		index = make(map[string]int, n)
+	}
+	idx := make([]uint16, 0, 8)
+	for _, e := range es {
+		idx = idx[:0]
+		for i, k := range e.keys {
+			j := -1
+			if index != nil {
+				if v, ok := index[k]; ok {
+					j = v
+				}
+			} else {
+				j = slices.Index(keys, k)
+			}
+			if j < 0 {
+				j = len(keys)
+				keys = append(keys, k)
+				specs = appendSpec(specs, e.specs[i])
+				if index != nil {
+					index[k] = j
+				}
+			}
+			idx = append(idx, uint16(j+1))
+		}
+		prog = e.appendTo(prog, idx)
+	}
+	return keys, specs, prog
+}
+
+func appendSpec(b []byte, s keySpec) []byte {
+	b = append(b, s.alg)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.window))
+	return append(b, s.subs)
+}
+
+func appendF(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+// appendTo appends e's program, with idx the 1-based KEYS index of each of
+// its keys.
+func (e *entry) appendTo(b []byte, idx []uint16) []byte {
+	if e.kind == kindUndo {
+		nk := len(e.undo) / 2
+		b = append(b, kindUndo, byte(nk))
+		marker := uint16(0)
+		if e.ttl > 0 {
+			marker = idx[len(idx)-1]
+		}
+		b = binary.LittleEndian.AppendUint16(b, marker)
+		b = appendF(b, e.ttl)
+		for k := range nk {
+			b = binary.LittleEndian.AppendUint16(b, idx[k])
+			b = appendF(b, e.undo[2*k])
+			b = appendF(b, e.undo[2*k+1])
+		}
+		return b
+	}
+	kind := e.kind
+	if e.full {
+		kind |= kindFull
+	}
+	if e.lease {
+		kind |= kindLease
+	}
+	b = append(b, kind, byte(len(e.hits)))
+	for _, h := range e.hits {
+		b = binary.LittleEndian.AppendUint16(b, idx[h.key])
+		b = appendF(b, h.requests)
+		b = appendF(b, h.burst)
+		b = appendF(b, h.hits)
+		b = append(b, h.flags)
+		b = appendF(b, h.lease)
+	}
+	return b
+}
+
+// reader reads a reply's little-endian values.
+type reader struct {
+	s   string
+	off int
+	err error
+}
+
+func (r *reader) f64() float64 {
+	if r.off+8 > len(r.s) {
+		r.err = errShortReply
+		return 0
+	}
+	s := r.s[r.off : r.off+8]
+	r.off += 8
+	return math.Float64frombits(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
+}
+
+func (r *reader) u8() byte {
+	if r.off >= len(r.s) {
+		r.err = errShortReply
+		return 0
+	}
+	r.off++
+	return r.s[r.off-1]
+}
+
+var errShortReply = errors.New("redis: limiter script reply too short")
+
+// decode reads the reply of the call that decided es into each entry.
+func decode(reply any, es []*entry) error {
+	s, ok := reply.(string)
+	if !ok {
+		return fmt.Errorf("redis: limiter script reply is a %T, want a string", reply)
+	}
+	r := reader{s: s}
+	now := r.f64()
+	for _, e := range es {
+		e.now = now
+		if e.kind == kindUndo {
+			e.changed = r.f64()
+			continue
+		}
+		e.admitted = r.u8() == 1
+		e.hr = slices.Grow(e.hr[:0], len(e.hits))[:len(e.hits)]
+		for i := range e.hits {
+			bits := r.u8()
+			v := hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, retry: r.f64(), remDenied: r.f64(), resetDenied: r.f64()}
+			if e.full {
+				v.remAdmitted, v.resetAdmitted = r.f64(), r.f64()
+			} else {
+				// The short reply's pair is the outcome's.
+				v.remAdmitted, v.resetAdmitted = v.remDenied, v.resetDenied
+			}
+			e.hr[i] = v
+		}
+		if !e.full && !e.lease {
+			continue
+		}
+		nk := len(e.keys)
+		e.kr = slices.Grow(e.kr[:0], nk)[:nk]
+		for k := range nk {
+			if e.full {
+				e.kr[k] = keyReply{u1: r.f64(), u2: r.f64(), leased: r.f64()}
+			} else {
+				e.kr[k] = keyReply{u1: r.f64(), leased: r.f64()}
+			}
+		}
+	}
+	if r.err == nil && r.off != len(s) {
+		r.err = fmt.Errorf("redis: limiter script reply has %d bytes, read %d", len(s), r.off)
+	}
+	return r.err
+}
+
+// node is one Redis node the Store sends script calls to: its client, its
+// gate (gate.go) and the decisions waiting to share a call. Decisions that
+// wait at the same moment are sent together: while maxFlying calls are in
+// flight, new ones queue, and when a call returns, everything queued goes in
+// the next, one script call per slot, all of them in one pipeline. With no
+// call in flight a decision goes at once, alone: batching adds no wait, it
+// only takes what the round trip would have made wait anyway.
+type node struct {
+	c      scriptClient
+	gate   *gate
+	caller *caller
+	probes *sync.WaitGroup
+	now    func() time.Time // the test clock, or nil
+	flying int              // the most calls in flight
+
+	mu     sync.Mutex
+	queue  []*pending
+	active int // calls in flight
+}
+
+// pending is one entry waiting for its call.
+type pending struct {
+	e     *entry
+	slot  int
+	ctx   context.Context
+	state atomic.Int32 // stateQueued, stateSent, stateLeft
+	done  chan struct{}
+	err   error
+}
+
+const (
+	stateQueued int32 = iota
+	stateSent
+	stateLeft // its caller left before it was sent: it never will be
+)
+
+var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
+
+// submit queues e (of slot) for the node's next call and returns its
+// pending, which wait ends.
+func (n *node) submit(ctx context.Context, e *entry, slot int) *pending {
+	p := pendingPool.Get().(*pending)
+	p.e, p.slot, p.ctx, p.err = e, slot, ctx, nil
+	p.state.Store(stateQueued)
+	n.mu.Lock()
+	n.queue = append(n.queue, p)
+	var batch []*pending
+	if n.active < n.flying {
+		n.active++
+		batch = n.take()
+	}
+	n.mu.Unlock()
+	if batch != nil {
+		go n.flush(batch)
+	}
+	return p
+}
+
+// wait waits for p's call, or for ctx to end: a decision that leaves
+// before its call was sent is never sent. It recycles p.
+func (p *pending) wait(ctx context.Context) error {
+	var err error
+	select {
+	case <-p.done:
+		err = p.err
+	case <-ctx.Done():
+		if p.state.CompareAndSwap(stateQueued, stateLeft) {
+			// Never sent; the take that meets it drops and recycles it.
+			return fmt.Errorf("%w: waited for a call to redis until the deadline: %w", errShed, ctx.Err())
+		}
+		<-p.done // sent: its call ends by its own deadline, which is at most ctx's
+		err = p.err
+		if err == nil {
+			err = fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, ctx.Err())
+		}
+	}
+	p.e, p.ctx = nil, nil
+	pendingPool.Put(p)
+	return err
+}
+
+// finish ends p with err.
+func (p *pending) finish(err error) {
+	p.err = err
+	p.done <- struct{}{}
+}
+
+// take removes from the queue the entries of the next call (at most
+// maxBatchEntries), marks them sent and returns them; it drops those whose
+// caller left. n.mu is held.
+func (n *node) take() []*pending {
+	var batch []*pending
+	i := 0
+	for ; i < len(n.queue) && len(batch) < maxBatchEntries; i++ {
+		p := n.queue[i]
+		if p.state.CompareAndSwap(stateQueued, stateSent) {
+			batch = append(batch, p)
+		} else {
+			// Its waiter left: nobody else holds it.
+			p.e, p.ctx = nil, nil
+			pendingPool.Put(p)
+		}
+	}
+	rest := copy(n.queue, n.queue[i:])
+	clear(n.queue[rest:])
+	n.queue = n.queue[:rest]
+	return batch
+}
+
+// flush sends batch, then every batch queued meanwhile, until the queue is
+// empty.
+func (n *node) flush(batch []*pending) {
+	for len(batch) > 0 {
+		n.send(batch)
+		n.mu.Lock()
+		batch = n.take()
+		if len(batch) == 0 {
+			n.active--
+		}
+		n.mu.Unlock()
+	}
+}
+
+// send makes the calls of batch through the gate, under the latest
+// deadline among its entries (each waiter keeps its own), and ends every
+// entry.
+func (n *node) send(batch []*pending) {
+	dl, ok := time.Time{}, true
+	for _, p := range batch {
+		d, has := p.ctx.Deadline()
+		ok = ok && has
+		if d.After(dl) {
+			dl = d
+		}
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if ok {
+		ctx, cancel = context.WithDeadline(ctx, dl)
+	}
+	defer cancel()
+	start, err := n.gate.enter(ctx)
+	if err != nil {
+		n.gate.probe(ctx, n.probes)
+		if !errors.Is(err, errShed) {
+			err = fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, err)
+		}
+		for _, p := range batch {
+			p.finish(err)
+		}
+		return
+	}
+	errs := runEntries(ctx, n.c, n.caller, n.clock(), batch)
+	var first error
+	for i, p := range batch {
+		if first == nil && errs[i] != nil {
+			first = errs[i]
+		}
+		p.finish(errs[i])
+	}
+	n.gate.leave(start, first)
+}
+
+// clock is ARGV[1]: the test clock in Unix ms, or "" for Redis TIME.
+func (n *node) clock() string {
+	if n.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(n.now().UnixMilli(), 10)
+}
+
+// runEntries decides ps on c under ctx: one script call per slot (and per
+// maxBatchEntries, maxBatchKeys), all in one pipeline, and returns each
+// entry's error, in the order of ps (nil: its reply is in its entry). A
+// call that may have run is never sent again: only one that the server
+// refused unrun (its function or script missing) is, once loaded.
+func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps []*pending) []error {
+	type call struct {
+		order []int // indices into ps, in ps's order within the slot
+		es    []*entry
+		keys  []string
+		args  []any
+		cmd   *goredis.Cmd
+	}
+	errs := make([]error, len(ps))
+	order := make([]int, len(ps))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return ps[a].slot - ps[b].slot })
+	var calls []call
+	for i := 0; i < len(order); {
+		j, nk := i, 0
+		for j < len(order) && ps[order[j]].slot == ps[order[i]].slot && j-i < maxBatchEntries &&
+			(j == i || nk+len(ps[order[j]].e.keys) <= maxBatchKeys) {
+			nk += len(ps[order[j]].e.keys)
+			j++
+		}
+		es := make([]*entry, j-i)
+		for x := range es {
+			es[x] = ps[order[i+x]].e
+		}
+		keys, specs, prog := encode(es)
+		calls = append(calls, call{order: order[i:j], es: es, keys: keys, args: []any{now, specs, prog}})
+		i = j
+	}
+	if len(calls) == 1 {
+		calls[0].cmd = k.run(ctx, c, calls[0].keys, calls[0].args)
+	} else {
+		if k.mode.Load() == modeUnknown {
+			if err := k.load(ctx, c); err != nil {
+				err = fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
+				for i := range errs {
+					errs[i] = err
+				}
+				return errs
+			}
+		}
+		pipe := c.Pipeline()
+		for i := range calls {
+			calls[i].cmd = k.queue(ctx, pipe, calls[i].keys, calls[i].args)
+		}
+		_, _ = pipe.Exec(ctx) // errors are per call
+		for i := range calls {
+			if notLoaded(calls[i].cmd.Err()) {
+				calls[i].cmd = k.run(ctx, c, calls[i].keys, calls[i].args)
+			}
+		}
+	}
+	for _, cl := range calls {
+		err := cl.cmd.Err()
+		if err == nil {
+			err = decode(cl.cmd.Val(), cl.es)
+		}
+		if err != nil {
+			if _, _, moved := movedTo(err); moved {
+				err = fmt.Errorf("%w: %w", errMoved, err)
+			} else {
+				err = fmt.Errorf("%w: run limiter script (%d entries, %d keys): %w",
+					limiter.ErrStoreUnavailable, len(cl.es), len(cl.keys), err)
+			}
+		}
+		for _, i := range cl.order {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// errMoved wraps the error of a call that a Cluster node refused because
+// it does not serve the slot (MOVED, ASK): the call did not run, and may be
+// sent to the right node. It wraps limiter.ErrStoreUnavailable.
+var errMoved = fmt.Errorf("%w: slot moved", limiter.ErrStoreUnavailable)
+
+// movedTo reports whether err is a MOVED or ASK reply, and its address.
+func movedTo(err error) (addr string, ask, ok bool) {
+	if !isReply(err) {
+		return "", false, false
+	}
+	s := err.Error()
+	switch {
+	case strings.HasPrefix(s, "MOVED "):
+	case strings.HasPrefix(s, "ASK "):
+		ask = true
+	default:
+		return "", false, false
+	}
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		return "", false, false
+	}
+	return f[2], ask, true
+}

@@ -1,0 +1,301 @@
+package redis
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// DefaultLeaseRate is Options.LeaseRate when it is zero: a counter that
+// took at least this many decisions on one Store in the last whole second
+// is hot, and the Store leases permits for it.
+const DefaultLeaseRate = 200
+
+// DefaultLeaseSpan is Options.LeaseSpan when it is zero.
+const DefaultLeaseSpan = 50 * time.Millisecond
+
+// heatSlots is how many decision counters the hot-key detector keeps; keys
+// that share a slot add up (a key can look hotter than it is, never
+// colder).
+const heatSlots = 4096
+
+// leases is the hot-key tier of a Store (the seeds' local + global tier): for
+// a counter that is hot on this instance, the script grants a block of
+// permits from the shared budget at once (limiter.lua's leases: counted in
+// Redis at once, in the current window or sub-window), and the Store spends
+// them in memory until they run out or that (sub-)window ends, so the fleet
+// total never exceeds the limit. What it costs is fairness: permits this
+// instance holds and does not spend are lost to the others until they are
+// given back, at the first whole second after their (sub-)window ended, or
+// at Close (at most about span's worth of this instance's traffic on the
+// key per lease, and never more than half of what remained).
+//
+// Only a request of one hit is served from a lease or asks for one, and
+// only when the hit can be leased (leasable). It is safe for concurrent
+// use.
+type leases struct {
+	rate  uint32        // decisions in the last second from which a key is hot
+	span  time.Duration // a lease asks for span's worth of the key's last second
+	clock func() time.Time
+	seed  maphash.Seed
+
+	sec  atomic.Int64 // the Unix second heat counts
+	heat [heatSlots]atomic.Uint32
+	last [heatSlots]atomic.Uint32 // heat of the second before
+
+	mu sync.Mutex
+	m  map[string]*lease
+	n  atomic.Int32 // len(m)
+
+	// back gives back the unspent permits of expired leases, in the
+	// background (Store.giveBackLater).
+	back func([]*entry)
+}
+
+// lease is one counter's permits on this instance.
+type lease struct {
+	mu      sync.Mutex
+	limit   limiter.Limit
+	spec    keySpec
+	asking  bool      // a request is asking the script for permits
+	permits uint64    // unspent
+	until   time.Time // the end of the (sub-)window that counted them, on clock
+	token   float64   // the (sub-)window's index: the undo token's u1
+	rem     uint64    // Remaining for the next hit spent here
+	reset   time.Time // when the counter is back to its capacity, on clock
+}
+
+func newLeases(rate float64, span time.Duration, clock func() time.Time) *leases {
+	if rate == 0 {
+		rate = DefaultLeaseRate
+	}
+	if span <= 0 {
+		span = DefaultLeaseSpan
+	}
+	if rate < 0 {
+		return nil
+	}
+	return &leases{rate: uint32(max(rate, 1)), span: span, clock: clock, seed: maphash.MakeSeed(),
+		m: make(map[string]*lease)}
+}
+
+// leasable reports whether h can be served from a lease: an enforced
+// increment (not shadow, refund, quota or overdraw, whose meanings need
+// Redis) of a fixed or sliding window, whose hits fit the limit.
+func leasable(h limiter.Hit) bool {
+	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && h.Hits > 0 && h.Hits <= h.Limit.Requests &&
+		(h.Limit.Algorithm == limiter.SlidingWindow || h.Limit.Algorithm == limiter.FixedWindow)
+}
+
+// take counts a decision on key and, when key holds permits for h's hits,
+// spends them and returns the Result. Otherwise it returns how many permits
+// the request should ask the script for (0: none; then the caller must call
+// granted or abandon with the lease it got, if not nil).
+func (ls *leases) take(key string, h limiter.Hit) (r limiter.Result, spent bool, ask uint64, l *lease) {
+	now := ls.clock()
+	hot := ls.count(key, now)
+	if hot == 0 && ls.n.Load() == 0 {
+		return r, false, 0, nil
+	}
+	ls.mu.Lock()
+	l = ls.m[key]
+	if l == nil && hot > 0 {
+		l = &lease{limit: h.Limit, spec: specOf(h.Limit)}
+		ls.m[key] = l
+		ls.n.Add(1)
+	}
+	ls.mu.Unlock()
+	if l == nil {
+		return r, false, 0, nil
+	}
+	var back *entry
+	defer func() {
+		if back != nil && ls.back != nil {
+			ls.back([]*entry{back})
+		}
+	}()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.permits > 0 && (l.limit != h.Limit || !now.Before(l.until)) {
+		// Expired, or granted under a limit a reload changed: give them
+		// back before a new lease replaces them.
+		back = l.undo(key)
+	}
+	l.limit, l.spec = h.Limit, specOf(h.Limit)
+	if l.permits >= h.Hits {
+		l.permits -= h.Hits
+		l.rem -= min(l.rem, h.Hits)
+		return limiter.Result{Allowed: true, Remaining: l.rem, ResetAfter: max(l.reset.Sub(now), 0).Truncate(time.Millisecond)},
+			true, 0, nil
+	}
+	if l.asking || hot == 0 {
+		return r, false, 0, nil
+	}
+	l.asking = true
+	return r, false, max(uint64(float64(hot)*ls.span.Seconds()), 1), l
+}
+
+// sweep rolls the second every second until stop closes, so that a
+// Store that went quiet still gives back its expired permits.
+func (ls *leases) sweep(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			sec := ls.clock().Unix()
+			if old := ls.sec.Load(); old != sec && ls.sec.CompareAndSwap(old, sec) {
+				ls.roll(sec - old)
+			}
+		}
+	}
+}
+
+// held is the unspent permits of every lease.
+func (ls *leases) held() uint64 {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var n uint64
+	for _, l := range ls.m {
+		l.mu.Lock()
+		n += l.permits
+		l.mu.Unlock()
+	}
+	return n
+}
+
+// count counts a decision on key at now and returns the key's decisions in
+// the last whole second if that makes it hot, else 0.
+func (ls *leases) count(key string, now time.Time) uint32 {
+	sec := now.Unix()
+	if old := ls.sec.Load(); old != sec && ls.sec.CompareAndSwap(old, sec) {
+		ls.roll(sec - old)
+	}
+	i := maphash.String(ls.seed, key) % heatSlots
+	ls.heat[i].Add(1)
+	if n := ls.last[i].Load(); n >= ls.rate {
+		return n
+	}
+	return 0
+}
+
+// roll starts a new second, gone seconds after the last one: heat becomes
+// last (or zero, when more than a second passed), the leases whose permits
+// expired are dropped, and their unspent permits given back (they still
+// count in their window, which is longer than the (sub-)window in which
+// they could be spent).
+func (ls *leases) roll(gone int64) {
+	for i := range ls.heat {
+		n := ls.heat[i].Swap(0)
+		if gone != 1 {
+			n = 0
+		}
+		ls.last[i].Store(n)
+	}
+	now := ls.clock()
+	var back []*entry
+	ls.mu.Lock()
+	for k, l := range ls.m {
+		l.mu.Lock()
+		if !l.asking && !now.Before(l.until) {
+			if l.permits > 0 {
+				back = append(back, l.undo(k))
+			}
+			delete(ls.m, k)
+			ls.n.Add(-1)
+		}
+		l.mu.Unlock()
+	}
+	ls.mu.Unlock()
+	if len(back) > 0 && ls.back != nil {
+		ls.back(back)
+	}
+}
+
+// undo returns the undo entry that gives back l's unspent permits (of key),
+// and leaves it none. l.mu is held.
+func (l *lease) undo(key string) *entry {
+	e := &entry{kind: kindUndo, keys: []string{key}, specs: []keySpec{l.spec}, undo: []float64{l.token, float64(l.permits)}}
+	l.permits = 0
+	return e
+}
+
+// granted records the script's answer to l's ask: permits more in the
+// (sub-)window token of e's clock, for hit r's Remaining and ResetAfter
+// after the request that asked. sent is the local time the call was made.
+func (ls *leases) granted(l *lease, e *entry, r limiter.Result, sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.asking = false
+	kr := e.kr[0]
+	if kr.leased <= 0 {
+		return
+	}
+	sub := l.spec.window
+	if l.spec.alg == byte(limiter.SlidingWindow) {
+		sub /= float64(l.spec.subs)
+	}
+	// The permits may be spent until the (sub-)window that counted them
+	// ends, measured from when the call was sent (Redis's clock read it
+	// later: the permits expire early, never late).
+	left := time.Duration((kr.u1+1)*sub-e.now) * time.Millisecond
+	l.permits, l.token, l.until = uint64(kr.leased), kr.u1, sent.Add(left)
+	l.rem, l.reset = r.Remaining, sent.Add(r.ResetAfter)
+}
+
+// abandon ends l's ask without permits (the call failed or denied).
+func (ls *leases) abandon(l *lease) {
+	l.mu.Lock()
+	l.asking = false
+	l.mu.Unlock()
+}
+
+// unspent takes every lease's unspent permits and returns the undo entries
+// that give them back.
+func (ls *leases) unspent() []*entry {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var es []*entry
+	for k, l := range ls.m {
+		l.mu.Lock()
+		if l.permits > 0 {
+			es = append(es, l.undo(k))
+		}
+		l.mu.Unlock()
+	}
+	return es
+}
+
+// giveBackLater gives back es, unspent permits, in the background, within
+// closeRefundTimeout. One that fails leaves its permits counted until their
+// window passes: fewer admitted, never more.
+func (s *Store) giveBackLater(es []*entry) {
+	s.giving.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeRefundTimeout)
+		defer cancel()
+		s.runDirect(ctx, es)
+	})
+}
+
+// giveBack returns the unspent permits of every lease (Close), waiting at
+// most timeout, after those given back in the background.
+func (s *Store) giveBack(timeout time.Duration) {
+	if s.leases == nil {
+		return
+	}
+	close(s.stopSweep)
+	s.giving.Wait()
+	es := s.leases.unspent()
+	if len(es) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s.runDirect(ctx, es)
+}

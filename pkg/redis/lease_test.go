@@ -1,0 +1,165 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// hammer runs callers per Store on hits for d and returns the decisions and
+// the requests admitted.
+func hammer(t *testing.T, stores []*Store, callers int, hits []limiter.Hit, d time.Duration) (decisions, admitted int64) {
+	t.Helper()
+	var nd, na atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for _, s := range stores {
+		for range callers {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					res, err := s.Apply(context.Background(), hits)
+					if err != nil {
+						t.Errorf("Apply: %v", err)
+						return
+					}
+					nd.Add(1)
+					if res[0].Allowed {
+						na.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return nd.Load(), na.Load()
+}
+
+// TestLeaseHotKey: 2 Stores x 32 callers on one counter that never fills.
+// Once the key is hot (after a whole second above LeaseRate), the Stores
+// spend leased permits: well under 0.05 script calls per decision. The
+// counter in Redis holds every admitted request and the unspent permits;
+// after Close gives those back, exactly the admitted requests.
+func TestLeaseHotKey(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t.Name())
+	var stores []*Store
+	for range 2 {
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100}))
+	}
+	h := limiter.Hit{Key: "hot", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 6}, Hits: 1}
+	warmDecisions, warmAdmitted := hammer(t, stores, 32, []limiter.Hit{h}, 1500*time.Millisecond)
+	c0 := scriptCalls(t, srv.Addr())
+	decisions, admitted := hammer(t, stores, 32, []limiter.Hit{h}, time.Second)
+	calls := int64(scriptCalls(t, srv.Addr()) - c0)
+	perDecision := float64(calls) / float64(decisions)
+	t.Logf("hot: %d decisions, %d script calls: %.4f calls per decision", decisions, calls, perDecision)
+	if perDecision > 0.05 || decisions == 0 {
+		t.Errorf("hot key: %.4f script calls per decision (%d decisions), want at most 0.05", perDecision, decisions)
+	}
+	if admitted != decisions || warmAdmitted != warmDecisions {
+		t.Errorf("admitted %d of %d (warm: %d of %d), want all", admitted, decisions, warmAdmitted, warmDecisions)
+	}
+	for _, s := range stores {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := counterKey(cleanPrefix(prefix), h)
+	v, err := redistest.Do(srv.Addr(), "GET", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parsePacked(v.(string), 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, c := range st.Slots {
+		total += c
+	}
+	if want := admitted + warmAdmitted; total != want {
+		t.Errorf("counter after Close = %d, want the %d admitted (unspent permits given back)", total, want)
+	}
+}
+
+// TestLeaseLimit: the same load on a counter the run fills: the fleet
+// admits no more than the limit in any window, leases and all, and the
+// permits a Store holds unspent (the unfairness leases cost) are reported.
+func TestLeaseLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t.Name())
+	var stores []*Store
+	for range 2 {
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100}))
+	}
+	const limit = 20000
+	h := limiter.Hit{Key: "fills", Limit: limiter.Limit{Requests: limit, Window: time.Minute}, Hits: 1}
+	decisions, admitted := hammer(t, stores, 32, []limiter.Hit{h}, 4*time.Second)
+	t.Logf("%d decisions, %d admitted of %d (%.4f)", decisions, admitted, limit, float64(admitted)/limit)
+	if admitted > limit {
+		t.Errorf("admitted %d, want at most the limit %d", admitted, limit)
+	}
+	if decisions < 2*limit {
+		t.Fatalf("%d decisions: the run did not fill the counter", decisions)
+	}
+	if admitted < limit*99/100 {
+		t.Errorf("admitted %d, want at least 99%% of %d: leases held too many permits unspent", admitted, limit)
+	}
+	for _, s := range stores {
+		_ = s.Close()
+	}
+}
+
+// TestLeaseUnfairness measures what leases cost: two Stores are hot on one
+// counter, then one goes quiet while the other keeps going. The permits the
+// quiet one leased and never spent are lost to the busy one until the quiet
+// one gives them back (within about a second after their sub-window, here
+// a second long, ends): then it holds none, and after Close the counter
+// holds exactly the admitted requests.
+func TestLeaseUnfairness(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t.Name())
+	var stores []*Store
+	for range 2 {
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100}))
+	}
+	h := limiter.Hit{Key: "shared", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 60}, Hits: 1}
+	var quietDecisions, quietAdmitted int64
+	var held uint64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		quietDecisions, quietAdmitted = hammer(t, stores[1:], 4, []limiter.Hit{h}, 2*time.Second)
+		held = stores[1].leases.held()
+	})
+	busyDecisions, busyAdmitted := hammer(t, stores[:1], 32, []limiter.Hit{h}, 5*time.Second)
+	wg.Wait()
+	rate := float64(quietDecisions) / 2
+	t.Logf("quiet: %d decisions in 2 s, %d permits held when it went quiet (%.0f ms of its traffic); busy: %d decisions",
+		quietDecisions, held, 1000*float64(held)/rate, busyDecisions)
+	if left := stores[1].leases.held(); left != 0 {
+		t.Errorf("quiet Store holds %d permits 3 s after it went quiet, want 0 (given back)", left)
+	}
+	for _, s := range stores {
+		_ = s.Close()
+	}
+	v, err := redistest.Do(srv.Addr(), "GET", counterKey(cleanPrefix(prefix), h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parsePacked(v.(string), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, c := range st.Slots {
+		total += c
+	}
+	if want := quietAdmitted + busyAdmitted; total != want {
+		t.Errorf("counter after Close = %d, want the %d admitted", total, want)
+	}
+}

@@ -1,0 +1,121 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+//go:embed limiter.lua
+var scriptBody string
+
+// The limiter script reaches Redis in one of two forms (limiter.lua's
+// header): a function library, loaded once per node with FUNCTION LOAD and
+// called with FCALL (Redis 7 and later), whose helper functions are then
+// created once instead of on every call; or a script run with EVALSHA (EVAL
+// on NOSCRIPT), for a Redis without functions or a user refused them. The
+// library and its function are named after a digest of the script, so two
+// versions of Sluice sharing a Redis during a rolling upgrade each call
+// their own.
+var (
+	libName    = "sluice_" + digest(scriptBody)
+	libSource  = "#!lua name=" + libName + "\n" + scriptBody + "\nredis.register_function('" + libName + "', run)\n"
+	evalScript = goredis.NewScript(scriptBody + "\nreturn run(KEYS, ARGV)\n")
+)
+
+func digest(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:6])
+}
+
+// How a Store calls the script: not known yet (the first call or Warm
+// tries FUNCTION LOAD), by FCALL, or by EVALSHA.
+const (
+	modeUnknown int32 = iota
+	modeFunction
+	modeEval
+)
+
+// caller calls the limiter script on one Redis node or client, as a
+// function when the server takes one and as a script otherwise. It is safe
+// for concurrent use.
+type caller struct {
+	mode atomic.Int32
+}
+
+// scriptClient is what caller needs of a go-redis client: a node's
+// *goredis.Client, or the Store's client on a standalone or Sentinel Redis.
+type scriptClient interface {
+	goredis.Scripter
+	FCall(ctx context.Context, function string, keys []string, args ...any) *goredis.Cmd
+	FunctionLoad(ctx context.Context, code string) *goredis.StringCmd
+	Pipeline() goredis.Pipeliner
+}
+
+// load loads the library on c when the mode is not decided or is function,
+// and decides the mode: function when the library is there, eval when the
+// server refuses FUNCTION (an older Redis, an ACL). A network error decides
+// nothing and is returned.
+func (k *caller) load(ctx context.Context, c scriptClient) error {
+	if k.mode.Load() == modeEval {
+		return evalScript.Load(ctx, c).Err()
+	}
+	err := c.FunctionLoad(ctx, libSource).Err()
+	switch {
+	case err == nil || isReply(err) && strings.Contains(err.Error(), "already exists"):
+		k.mode.Store(modeFunction)
+		return nil
+	case isReply(err):
+		// ERR unknown command, NOPERM, ...: run it as a script.
+		k.mode.Store(modeEval)
+		return evalScript.Load(ctx, c).Err()
+	}
+	return err
+}
+
+// queue adds one script call to pipe and returns its Cmd. The mode must be
+// decided (load).
+func (k *caller) queue(ctx context.Context, pipe goredis.Pipeliner, keys []string, args []any) *goredis.Cmd {
+	if k.mode.Load() == modeFunction {
+		return pipe.FCall(ctx, libName, keys, args...)
+	}
+	return pipe.EvalSha(ctx, evalScript.Hash(), keys, args...)
+}
+
+// run makes one script call on c. A call the server answers with "no such
+// function" or NOSCRIPT did not run: the library (or script) is loaded and
+// the call sent again; no call that may have run is ever sent twice.
+func (k *caller) run(ctx context.Context, c scriptClient, keys []string, args []any) *goredis.Cmd {
+	if k.mode.Load() == modeUnknown {
+		if err := k.load(ctx, c); err != nil {
+			cmd := goredis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+	}
+	if k.mode.Load() == modeEval {
+		return evalScript.Run(ctx, c, keys, args...)
+	}
+	cmd := c.FCall(ctx, libName, keys, args...)
+	if notLoaded(cmd.Err()) {
+		if err := k.load(ctx, c); err != nil {
+			cmd.SetErr(err)
+			return cmd
+		}
+		return k.run(ctx, c, keys, args)
+	}
+	return cmd
+}
+
+// notLoaded reports an error reply saying that the function or script is
+// not on the server (a restarted Redis, a flush, a failover to a node that
+// never had it): the call did not run.
+func notLoaded(err error) bool {
+	return err != nil && (goredis.HasErrorPrefix(err, "NOSCRIPT") ||
+		isReply(err) && strings.Contains(err.Error(), "Function not found"))
+}
