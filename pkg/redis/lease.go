@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
@@ -101,6 +103,16 @@ func (ls *leases) take(key string, h limiter.Hit) (r limiter.Result, spent bool,
 	if hot == 0 && ls.n.Load() == 0 {
 		return r, false, 0, nil
 	}
+	var back *entry
+	defer func() {
+		if back != nil && ls.back != nil {
+			ls.back([]*entry{back})
+		}
+	}()
+	// l is locked before ls.mu is released: roll, which drops leases under
+	// both, must not drop one that this request is about to ask for (its
+	// permits would be granted to a lease no longer in the map, and never
+	// given back).
 	ls.mu.Lock()
 	l = ls.m[key]
 	if l == nil && hot > 0 {
@@ -108,17 +120,12 @@ func (ls *leases) take(key string, h limiter.Hit) (r limiter.Result, spent bool,
 		ls.m[key] = l
 		ls.n.Add(1)
 	}
-	ls.mu.Unlock()
 	if l == nil {
+		ls.mu.Unlock()
 		return r, false, 0, nil
 	}
-	var back *entry
-	defer func() {
-		if back != nil && ls.back != nil {
-			ls.back([]*entry{back})
-		}
-	}()
 	l.mu.Lock()
+	ls.mu.Unlock()
 	defer l.mu.Unlock()
 	if l.permits > 0 && (l.limit != h.Limit || !now.Before(l.until)) {
 		// Expired, or granted under a limit a reload changed: give them
@@ -276,11 +283,21 @@ func (ls *leases) unspent() []*entry {
 // closeRefundTimeout. One that fails leaves its permits counted until their
 // window passes: fewer admitted, never more.
 func (s *Store) giveBackLater(es []*entry) {
-	s.giving.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), closeRefundTimeout)
-		defer cancel()
-		s.runDirect(ctx, es)
-	})
+	s.giving.Go(func() { s.sendBack(es, closeRefundTimeout) })
+}
+
+// sendBack sends es, the undo entries of unspent permits, within timeout,
+// and logs those that failed (their permits stay counted until their window
+// passes).
+func (s *Store) sendBack(es []*entry, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for i, err := range s.runDirect(ctx, es) {
+		if err != nil {
+			s.log.Warn("unspent leased permits not given back; they count until their window passes",
+				zap.String("key", es[i].keys[0]), zap.Float64("permits", es[i].undo[1]), zap.Error(err))
+		}
+	}
 }
 
 // giveBack returns the unspent permits of every lease (Close), waiting at
@@ -291,11 +308,7 @@ func (s *Store) giveBack(timeout time.Duration) {
 	}
 	close(s.stopSweep)
 	s.giving.Wait()
-	es := s.leases.unspent()
-	if len(es) == 0 {
-		return
+	if es := s.leases.unspent(); len(es) > 0 {
+		s.sendBack(es, timeout)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	s.runDirect(ctx, es)
 }

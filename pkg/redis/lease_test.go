@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -49,7 +51,7 @@ func TestLeaseHotKey(t *testing.T) {
 	prefix := redistest.Prefix(t.Name())
 	var stores []*Store
 	for range 2 {
-		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100}))
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
 	}
 	h := limiter.Hit{Key: "hot", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 6}, Hits: 1}
 	warmDecisions, warmAdmitted := hammer(t, stores, 32, []limiter.Hit{h}, 1500*time.Millisecond)
@@ -95,7 +97,7 @@ func TestLeaseLimit(t *testing.T) {
 	prefix := redistest.Prefix(t.Name())
 	var stores []*Store
 	for range 2 {
-		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100}))
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
 	}
 	const limit = 20000
 	h := limiter.Hit{Key: "fills", Limit: limiter.Limit{Requests: limit, Window: time.Minute}, Hits: 1}
@@ -126,7 +128,7 @@ func TestLeaseUnfairness(t *testing.T) {
 	prefix := redistest.Prefix(t.Name())
 	var stores []*Store
 	for range 2 {
-		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100}))
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
 	}
 	h := limiter.Hit{Key: "shared", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 60}, Hits: 1}
 	var quietDecisions, quietAdmitted int64

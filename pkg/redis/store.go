@@ -92,7 +92,9 @@ type Options struct {
 // so the fleet never admits more than the limit. A lease's Result reports
 // Remaining as of its grant, less what this Store spent since. Permits not
 // spent are lost to the other instances until they are given back, within
-// about a second after their (sub-)window ends, or at Close.
+// about a second after their (sub-)window ends, or at Close; a lease whose
+// call failed after Redis ran it (a deadline passed) leaves its permits
+// counted until their window passes: fewer admitted, never more.
 //
 // It sheds load before Redis (see gate): a decision that cannot be sent in
 // time, or that would go to a node that stopped answering, is not sent:
