@@ -135,7 +135,7 @@ func (s *settings) table() []setting {
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
 		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
-		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); size it to the decisions in flight (decisions/s × latency)", "0", &s.RedisPoolSize},
+		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); decisions share at most 2 script calls in flight per node, the rest serve refunds, lease give-backs and probes", "0", &s.RedisPoolSize},
 		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", "200", &s.RedisLeaseRate},
 		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains)", "50ms", &s.RedisLeaseSpan},
 		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
