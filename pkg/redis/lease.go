@@ -63,12 +63,13 @@ type lease struct {
 	mu      sync.Mutex
 	limit   limiter.Limit
 	spec    keySpec
-	asking  bool      // a request is asking the script for permits
-	permits uint64    // unspent
-	until   time.Time // the end of the (sub-)window that counted them, on clock
-	token   float64   // the (sub-)window's index: the undo token's u1
-	rem     uint64    // Remaining for the next hit spent here
-	reset   time.Time // when the counter is back to its capacity, on clock
+	asking  bool          // a request is asking the script for permits
+	asked   limiter.Limit // the limit it asks under
+	permits uint64        // unspent
+	until   time.Time     // the end of the (sub-)window that counted them, on clock
+	token   float64       // the (sub-)window's index: the undo token's u1
+	rem     uint64        // Remaining for the next hit spent here
+	reset   time.Time     // when the counter is back to its capacity, on clock
 }
 
 func newLeases(rate float64, span time.Duration, clock func() time.Time) *leases {
@@ -142,7 +143,7 @@ func (ls *leases) take(key string, h limiter.Hit) (r limiter.Result, spent bool,
 	if l.asking || hot == 0 {
 		return r, false, 0, nil
 	}
-	l.asking = true
+	l.asking, l.asked = true, h.Limit
 	return r, false, max(uint64(float64(hot)*ls.span.Seconds()), 1), l
 }
 
@@ -237,11 +238,24 @@ func (l *lease) undo(key string) *entry {
 // (sub-)window token of e's clock, for hit r's Remaining and ResetAfter
 // after the request that asked. sent is the local time the call was made.
 func (ls *leases) granted(l *lease, e *entry, r limiter.Result, sent time.Time) {
+	var back *entry
+	defer func() {
+		if back != nil && ls.back != nil {
+			ls.back([]*entry{back})
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.asking = false
 	kr := e.kr[0]
 	if kr.leased <= 0 {
+		return
+	}
+	if l.limit != l.asked {
+		// A reload changed the limit while the ask was in flight: the
+		// permits were granted under the old one; give them back.
+		back = &entry{kind: kindUndo, keys: []string{e.keys[0]}, specs: []keySpec{specOf(l.asked)},
+			undo: []float64{kr.u1, kr.leased}}
 		return
 	}
 	sub := l.spec.window
