@@ -34,7 +34,9 @@ const heatSlots = 4096
 // instance holds and does not spend are lost to the others until they are
 // given back, at the first whole second after their (sub-)window ended, or
 // at Close (at most about span's worth of this instance's traffic on the
-// key per lease, and never more than half of what remained).
+// key per lease, and never more than half of what remained). Heat is
+// counted in heatSlots hashed slots, so a quiet key that shares a slot with
+// a hot one is leased as if it were as hot.
 //
 // Only a request of one hit is served from a lease or asks for one, and
 // only when the hit can be leased (leasable). It is safe for concurrent
@@ -266,6 +268,17 @@ func (ls *leases) granted(l *lease, e *entry, r limiter.Result, sent time.Time) 
 	// ends, measured from when the call was sent (Redis's clock read it
 	// later: the permits expire early, never late).
 	left := time.Duration((kr.u1+1)*sub-e.now) * time.Millisecond
+	if l.permits > 0 {
+		// Permits too few for the hit that asked (hits_addend > 1) are
+		// still here: in the same (sub-)window they join the new ones,
+		// else they go back.
+		if kr.u1 == l.token {
+			l.permits += uint64(kr.leased)
+			l.rem, l.reset = r.Remaining, sent.Add(r.ResetAfter)
+			return
+		}
+		back = l.undo(e.keys[0])
+	}
 	l.permits, l.token, l.until = uint64(kr.leased), kr.u1, sent.Add(left)
 	l.rem, l.reset = r.Remaining, sent.Add(r.ResetAfter)
 }
