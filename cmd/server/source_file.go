@@ -107,6 +107,9 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 	}
 	f.watch(w)
 	f.log.Info("watching config", zap.String("config_file", f.path))
+	// A change between the first load and the watch has no event: load
+	// once more now (nothing happens when no file changed).
+	f.load(deliver)
 	d := debounce{wait: f.debounce, max: maxWaitFactor * f.debounce}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
