@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# before-after.sh BEFORE AFTER: two revisions of Sluice on one fresh
+# redis-server each run, alternating, same config (bench/loadtest.yaml), same
+# load generator (cmd/loadgen of AFTER). For every run and revision: a 2 s
+# warmup, then a measured run, and one line of decisions/s, p99, service CPU
+# per decision (utime+stime of /proc/<pid>/stat), Redis CPU per decision
+# (INFO cpu) and script calls per decision (INFO commandstats: evalsha, eval,
+# fcall).
+#
+# Environment: RUNS (3), DURATION (6s), CONC (64), DESCS (1), KEYS (10000).
+# Example: bench/before-after.sh efb2e67 HEAD
+# Needs go, git, redis-server, redis-cli, jq, python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+before=${1:?usage: bench/before-after.sh BEFORE AFTER} after=${2:?usage: bench/before-after.sh BEFORE AFTER}
+RUNS=${RUNS:-3} DURATION=${DURATION:-6s} CONC=${CONC:-64} DESCS=${DESCS:-1} KEYS=${KEYS:-10000}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for rev in before after; do git worktree remove --force "$tmp/$rev" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+for rev in before after; do
+	git worktree add -q --detach "$tmp/$rev" "${!rev}"
+	(cd "$tmp/$rev" && go build -o "$tmp/sluice-$rev" ./cmd/server)
+done
+(cd "$tmp/after" && go build -o "$tmp/loadgen" ./cmd/loadgen)
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+
+# measure REV RUN: one fresh Redis and service, a warmup, one measured run.
+measure() {
+	local rev=$1 run=$2 rport grpc http debug
+	rport=$(freeport) grpc=$(freeport) http=$(freeport) debug=$(freeport)
+	redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+		--pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log" >/dev/null
+	for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+	"$tmp/sluice-$rev" --config bench/loadtest.yaml --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
+		--debug-addr "127.0.0.1:$debug" --log-level warn --ui=false --redis-url "redis://127.0.0.1:$rport/0" \
+		>"$tmp/$rev.log" 2>&1 &
+	local pid=$!
+	pids+=("$pid")
+	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1 && break; sleep 0.1; done
+	local lg=(-target "127.0.0.1:$grpc" -concurrency "$CONC" -descriptors "$DESCS" -keys "$KEYS" -seed "$run")
+	"$tmp/loadgen" "${lg[@]}" -duration 2s >/dev/null
+	redis-cli -p "$rport" config resetstat >/dev/null
+	local t0 r0 t1 r1 calls
+	t0=$(ticks "$pid")
+	r0=$(redis-cli -p "$rport" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}')
+	"$tmp/loadgen" "${lg[@]}" -duration "$DURATION" -json >"$tmp/run.json"
+	t1=$(ticks "$pid")
+	r1=$(redis-cli -p "$rport" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}')
+	calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
+		awk -F'[:,=]' '/^cmdstat_(evalsha|eval|fcall):/ {n += $3} END {print n + 0}')
+	kill -INT "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true
+	jq -r --arg rev "$rev" --argjson run "$run" --argjson hz "$hz" --argjson dt "$((t1 - t0))" \
+		--argjson r0 "$r0" --argjson r1 "$r1" --argjson calls "$calls" '
+		"\($rev) run=\($run): \(.decisions_per_s | floor)/s p99 \(.latency_us.p99 | floor)µs" +
+		" service \($dt / $hz * 1e6 / .requests * 10 | round / 10)µs" +
+		" redis \(($r1 - $r0) * 1e6 / .requests * 10 | round / 10)µs" +
+		" script calls \($calls / .requests * 1000 | round / 1000) per decision"' "$tmp/run.json"
+}
+
+echo "before $(git rev-parse --short "$before"), after $(git rev-parse --short "$after"), c=$CONC, $DESCS descriptor(s), $(nproc) CPUs" >&2
+for run in $(seq "$RUNS"); do
+	for rev in before after; do
+		measure "$rev" "$run"
+	done
+done
