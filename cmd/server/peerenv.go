@@ -649,7 +649,7 @@ func writePeerTable(w io.Writer) {
 const (
 	noStatsd = "no statsd: Sluice serves Prometheus metrics on --http-addr /metrics (USE_PROMETHEUS=true adds envoyproxy/ratelimit's names)"
 	noPerSec = "not used: Sluice keeps every limit in the one Redis of REDIS_URL"
-	noPipe   = "not used: Sluice makes one script call per decision (no implicit pipelining)"
+	noPipe   = "not used: concurrent decisions share script calls by themselves, with no window to wait (--redis-calls-in-flight)"
 )
 
 // peerVars are envoyproxy/ratelimit's settings, in the order of its

@@ -308,6 +308,7 @@ func (srv *server) openStore() error {
 			ReadTimeout:                 set.RedisRead,
 			WriteTimeout:                set.RedisWrite,
 			CallTimeout:                 set.StoreTimeout,
+			CallsInFlight:               set.RedisInFlight,
 			LeaseRate:                   leaseRate(set.RedisLeaseRate),
 			LeaseSpan:                   set.RedisLeaseSpan,
 			Prefix:                      set.RedisPrefix,

@@ -48,6 +48,7 @@ type settings struct {
 	RedisSentinels  string
 	RedisCluster    string
 	RedisPoolSize   int
+	RedisInFlight   int
 	RedisLeaseRate  int
 	RedisLeaseSpan  time.Duration
 	RedisDial       time.Duration
@@ -135,7 +136,8 @@ func (s *settings) table() []setting {
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
 		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
-		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); decisions share at most 2 script calls in flight per node, the rest serve refunds, lease give-backs and probes", "0", &s.RedisPoolSize},
+		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); script calls use --redis-calls-in-flight of them, the rest serve refunds, lease give-backs and probes", "0", &s.RedisPoolSize},
+		{"redis-calls-in-flight", "most script calls in flight per Redis node: the decisions that arrive meanwhile share the next call (raise it when Redis's round trip is much longer than a call)", "1", &s.RedisInFlight},
 		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", "200", &s.RedisLeaseRate},
 		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains)", "50ms", &s.RedisLeaseSpan},
 		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
@@ -389,6 +391,9 @@ func (s *settings) validate() error {
 	}
 	if s.GRPCClientCA != "" && s.GRPCTLSCert == "" {
 		return errors.New("--grpc-client-ca: mTLS needs --grpc-tls-cert and --grpc-tls-key")
+	}
+	if s.RedisInFlight < 1 {
+		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 or more", s.RedisInFlight)
 	}
 	if s.RedisLeaseRate < 0 {
 		return fmt.Errorf("--redis-lease-rate: %d must be 0 (off) or more", s.RedisLeaseRate)

@@ -54,7 +54,7 @@ func TestShedBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
-	s := New(c, Options{Prefix: redistest.Prefix(t.Name()), CallTimeout: 300 * time.Millisecond})
+	s := New(c, Options{Prefix: redistest.Prefix(t.Name()), CallTimeout: 300 * time.Millisecond, CallsInFlight: 2})
 	hit := []limiter.Hit{perMinute("k", 1000)}
 	ctx := context.Background()
 	if _, err := s.Apply(ctx, hit); err != nil {

@@ -46,6 +46,9 @@ type Settings struct {
 	CallTimeout time.Duration
 	// Prefix starts every key. Default DefaultPrefix ("sluice:").
 	Prefix string
+	// CallsInFlight is Options.CallsInFlight: the most script calls in
+	// flight per node. Default DefaultCallsInFlight (1).
+	CallsInFlight int
 	// LeaseRate and LeaseSpan are Options.LeaseRate and Options.LeaseSpan:
 	// hot-key leases (see Store). LeaseRate 0 is DefaultLeaseRate, negative
 	// turns leases off.
@@ -149,8 +152,8 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 	}
 	log.Info("redis store configured", zap.String("mode", mode), zap.String("redis_url", Redacted(s.URL)),
 		zap.Strings("addrs", u.Addrs))
-	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, LeaseRate: s.LeaseRate, LeaseSpan: s.LeaseSpan,
-		Logger: log}), nil
+	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, CallsInFlight: s.CallsInFlight,
+		LeaseRate: s.LeaseRate, LeaseSpan: s.LeaseSpan, Logger: log}), nil
 }
 
 // configureTLS adds the CA, the client certificate and the hostname policy
