@@ -392,23 +392,8 @@ func (s *settings) validate() error {
 	if s.GRPCClientCA != "" && s.GRPCTLSCert == "" {
 		return errors.New("--grpc-client-ca: mTLS needs --grpc-tls-cert and --grpc-tls-key")
 	}
-	if s.RedisInFlight < 1 {
-		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 or more", s.RedisInFlight)
-	}
-	if s.RedisLeaseRate < 0 {
-		return fmt.Errorf("--redis-lease-rate: %d must be 0 (off) or more", s.RedisLeaseRate)
-	}
-	if s.RedisLeaseSpan <= 0 {
-		return fmt.Errorf("--redis-lease-span: %v must be positive", s.RedisLeaseSpan)
-	}
-	if s.RedisPoolSize < 0 {
-		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) or more", s.RedisPoolSize)
-	}
-	if s.RedisSentinel != "" && s.RedisSentinels == "" {
-		return errors.New("--redis-sentinel-master: needs --redis-sentinel-addrs")
-	}
-	if s.RedisSentinel != "" && s.RedisCluster != "" {
-		return errors.New("--redis-sentinel-master and --redis-cluster-addrs: choose one")
+	if err := s.validateRedis(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		name string
@@ -429,6 +414,30 @@ func (s *settings) validate() error {
 		if n.v < 1 {
 			return fmt.Errorf("%s: %d must be at least 1", n.name, n.v)
 		}
+	}
+	return nil
+}
+
+// validateRedis checks the Redis settings: the calls in flight, leases,
+// the pool, and a choice of Sentinel or Cluster.
+func (s *settings) validateRedis() error {
+	if s.RedisInFlight < 1 {
+		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 or more", s.RedisInFlight)
+	}
+	if s.RedisLeaseRate < 0 {
+		return fmt.Errorf("--redis-lease-rate: %d must be 0 (off) or more", s.RedisLeaseRate)
+	}
+	if s.RedisLeaseSpan <= 0 {
+		return fmt.Errorf("--redis-lease-span: %v must be positive", s.RedisLeaseSpan)
+	}
+	if s.RedisPoolSize < 0 {
+		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) or more", s.RedisPoolSize)
+	}
+	if s.RedisSentinel != "" && s.RedisSentinels == "" {
+		return errors.New("--redis-sentinel-master: needs --redis-sentinel-addrs")
+	}
+	if s.RedisSentinel != "" && s.RedisCluster != "" {
+		return errors.New("--redis-sentinel-master and --redis-cluster-addrs: choose one")
 	}
 	return nil
 }
