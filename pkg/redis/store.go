@@ -294,28 +294,28 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 			return nil, fmt.Errorf("redis: hit %d: %w", i, err)
 		}
 	}
+	keys := s.keysOf(hits)
 	if s.leases != nil && len(hits) == 1 && leasable(hits[0]) {
-		return s.applyLeased(ctx, hits[0])
+		return s.applyLeased(ctx, hits, keys)
 	}
-	results, _, err := s.applyHits(ctx, hits, 0)
+	results, _, err := s.applyHits(ctx, hits, keys, 0)
 	return results, err
 }
 
-// applyLeased decides h, a leasable hit alone in its request: from its
-// counter's lease when that holds the permits, else in Redis, asking for a
-// lease when the counter is hot and no other request is asking.
-func (s *Store) applyLeased(ctx context.Context, h limiter.Hit) ([]limiter.Result, error) {
-	r, spent, ask, l := s.leases.take(counterKey(s.prefix, h), h)
+// applyLeased decides hits, one leasable hit on the counter keys[0]: from
+// the counter's lease when that holds the permits, else in Redis, asking
+// for a lease when the counter is hot and no other request is asking.
+func (s *Store) applyLeased(ctx context.Context, hits []limiter.Hit, keys []string) ([]limiter.Result, error) {
+	r, spent, ask, l := s.leases.take(keys[0], hits[0])
 	if spent {
 		return []limiter.Result{r}, nil
 	}
-	hits := []limiter.Hit{h}
 	if l == nil {
-		results, _, err := s.applyHits(ctx, hits, 0)
+		results, _, err := s.applyHits(ctx, hits, keys, 0)
 		return results, err
 	}
 	sent := s.leases.clock()
-	results, groups, err := s.applyHits(ctx, hits, ask)
+	results, groups, err := s.applyHits(ctx, hits, keys, ask)
 	if err != nil || !results[0].Allowed {
 		s.leases.abandon(l)
 		return results, err
@@ -324,14 +324,14 @@ func (s *Store) applyLeased(ctx context.Context, h limiter.Hit) ([]limiter.Resul
 	return results, nil
 }
 
-// applyHits decides hits in Redis (see Apply) and returns their Results
-// and the groups that decided them. With ask > 0, hits is one hit that
-// asks for ask permits more (limiter.lua's leases).
-func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, ask uint64) ([]limiter.Result, []*group, error) {
+// applyHits decides hits, on the counters keys, in Redis (see Apply) and
+// returns their Results and the groups that decided them. With ask > 0,
+// hits is one hit that asks for ask permits more (limiter.lua's leases).
+func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, []*group, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
-	groups, quotaSplit := s.split(hits)
+	groups, quotaSplit := s.splitKeys(hits, keys)
 	if ask > 0 {
 		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
 	}
@@ -522,11 +522,21 @@ func (s *Store) slotOf(key string) int {
 // that the enforced quota hits are in more than one group; their flags then
 // say shadow instead of quota (see Apply).
 func (s *Store) split(hits []limiter.Hit) (groups []*group, quotaSplit bool) {
-	n := len(hits)
-	keys := make([]string, n)
+	return s.splitKeys(hits, s.keysOf(hits))
+}
+
+// keysOf returns the counter key of each hit.
+func (s *Store) keysOf(hits []limiter.Hit) []string {
+	keys := make([]string, len(hits))
 	for i, h := range hits {
 		keys[i] = counterKey(s.prefix, h)
 	}
+	return keys
+}
+
+// splitKeys is split with the hits' counter keys (keysOf) already made.
+func (s *Store) splitKeys(hits []limiter.Hit, keys []string) (groups []*group, quotaSplit bool) {
+	n := len(hits)
 	// first[i]: the first hit on hits[i]'s key; by first hit: inc, the
 	// largest non-refund Hits on the key (what it grows by), and kidx, the
 	// key's index in its group's entry.
