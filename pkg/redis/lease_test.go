@@ -71,20 +71,7 @@ func TestLeaseHotKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	key := counterKey(cleanPrefix(prefix), h)
-	v, err := redistest.Do(srv.Addr(), "GET", key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := parsePacked(v.(string), 6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, c := range st.Slots {
-		total += c
-	}
-	if want := admitted + warmAdmitted; total != want {
+	if total, want := packedCount(t, srv.Addr(), prefix, h), admitted+warmAdmitted; total != want {
 		t.Errorf("counter after Close = %d, want the %d admitted (unspent permits given back)", total, want)
 	}
 }
@@ -149,11 +136,20 @@ func TestLeaseUnfairness(t *testing.T) {
 	for _, s := range stores {
 		_ = s.Close()
 	}
-	v, err := redistest.Do(srv.Addr(), "GET", counterKey(cleanPrefix(prefix), h))
+	if total, want := packedCount(t, srv.Addr(), prefix, h), quietAdmitted+busyAdmitted; total != want {
+		t.Errorf("counter after Close = %d, want the %d admitted", total, want)
+	}
+}
+
+// packedCount returns the hits the sub-window counter of h (under prefix)
+// holds on the Redis at addr.
+func packedCount(t *testing.T, addr, prefix string, h limiter.Hit) int64 {
+	t.Helper()
+	v, err := redistest.Do(addr, "GET", counterKey(cleanPrefix(prefix), h))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := parsePacked(v.(string), 60)
+	st, err := parsePacked(v.(string), h.Limit.SubWindowCount())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +157,5 @@ func TestLeaseUnfairness(t *testing.T) {
 	for _, c := range st.Slots {
 		total += c
 	}
-	if want := quietAdmitted + busyAdmitted; total != want {
-		t.Errorf("counter after Close = %d, want the %d admitted", total, want)
-	}
+	return total
 }
