@@ -27,8 +27,8 @@ for rev in before after; do
 	(cd "$tmp/$rev" && go build -o "$tmp/sluice-$rev" ./cmd/server)
 done
 (cd "$tmp/after" && go build -o "$tmp/loadgen" ./cmd/loadgen)
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 hz=$(getconf CLK_TCK)
 
 # measure REV RUN: one fresh Redis and service, a warmup, one measured run.
@@ -49,10 +49,10 @@ measure() {
 	redis-cli -p "$rport" config resetstat >/dev/null
 	local t0 r0 t1 r1 calls
 	t0=$(ticks "$pid")
-	r0=$(redis-cli -p "$rport" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}')
+	r0=$(redis_cpu_at "$rport")
 	"$tmp/loadgen" "${lg[@]}" -duration "$DURATION" -json >"$tmp/run.json"
 	t1=$(ticks "$pid")
-	r1=$(redis-cli -p "$rport" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}')
+	r1=$(redis_cpu_at "$rport")
 	calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
 		awk -F'[:,=]' '/^cmdstat_(evalsha|eval|fcall):/ {n += $3} END {print n + 0}')
 	kill -INT "$pid" 2>/dev/null || true

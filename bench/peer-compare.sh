@@ -87,7 +87,8 @@ tmp=$(mktemp -d)
 go build -o "$tmp/sluice" ./cmd/server
 go build -o "$tmp/loadgen" ./cmd/loadgen
 sluice_rev=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo -dirty)
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 rport=$(freeport)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --pidfile "$tmp/redis.pid" \
 	--logfile "$tmp/redis.log" >/dev/null
@@ -137,9 +138,8 @@ start() {
 	exit 1
 }
 stop() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock ticks
 hz=$(getconf CLK_TCK)
-redis_cpu() { rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
+redis_cpu() { redis_cpu_at "$rport"; }
 # redis_counts: "script calls" "all commands" from INFO commandstats (INFO
 # itself aside); for the peer, every command it sends is a call.
 redis_counts() {
