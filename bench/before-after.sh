@@ -7,13 +7,18 @@
 # (INFO cpu) and script calls per decision (INFO commandstats: evalsha, eval,
 # fcall).
 #
-# Environment: RUNS (3), DURATION (6s), CONC (64), DESCS (1), KEYS (10000).
-# Example: bench/before-after.sh efb2e67 HEAD
+# Environment: RUNS (3), DURATION (6s), CONC (64), DESCS (1), KEYS (10000),
+# BEFORE_FLAGS and AFTER_FLAGS (extra flags for each service, e.g. to compare
+# two settings of one revision).
+# Examples: bench/before-after.sh efb2e67 HEAD
+#           AFTER_FLAGS="--redis-calls-in-flight 2" bench/before-after.sh HEAD HEAD
 # Needs go, git, redis-server, redis-cli, jq, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${1:?usage: bench/before-after.sh BEFORE AFTER} after=${2:?usage: bench/before-after.sh BEFORE AFTER}
 RUNS=${RUNS:-3} DURATION=${DURATION:-6s} CONC=${CONC:-64} DESCS=${DESCS:-1} KEYS=${KEYS:-10000}
+read -r -a before_flags <<<"${BEFORE_FLAGS:-}"
+read -r -a after_flags <<<"${AFTER_FLAGS:-}"
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -33,14 +38,16 @@ hz=$(getconf CLK_TCK)
 
 # measure REV RUN: one fresh Redis and service, a warmup, one measured run.
 measure() {
-	local rev=$1 run=$2 rport grpc http debug
+	local rev=$1 run=$2 rport grpc http debug flags=()
+	[ "$rev" = before ] && flags=("${before_flags[@]}")
+	[ "$rev" = after ] && flags=("${after_flags[@]}")
 	rport=$(freeport) grpc=$(freeport) http=$(freeport) debug=$(freeport)
 	redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
 		--pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log" >/dev/null
 	for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
 	"$tmp/sluice-$rev" --config bench/loadtest.yaml --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
 		--debug-addr "127.0.0.1:$debug" --log-level warn --ui=false --redis-url "redis://127.0.0.1:$rport/0" \
-		>"$tmp/$rev.log" 2>&1 &
+		"${flags[@]}" >"$tmp/$rev.log" 2>&1 &
 	local pid=$!
 	pids+=("$pid")
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -66,7 +73,7 @@ measure() {
 		" script calls \($calls / .requests * 1000 | round / 1000) per decision"' "$tmp/run.json"
 }
 
-echo "before $(git rev-parse --short "$before"), after $(git rev-parse --short "$after"), c=$CONC, $DESCS descriptor(s), $(nproc) CPUs" >&2
+echo "before $(git rev-parse --short "$before") ${BEFORE_FLAGS:-}, after $(git rev-parse --short "$after") ${AFTER_FLAGS:-}, c=$CONC, $DESCS descriptor(s), $(nproc) CPUs"
 for run in $(seq "$RUNS"); do
 	for rev in before after; do
 		measure "$rev" "$run"

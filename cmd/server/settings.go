@@ -139,7 +139,7 @@ func (s *settings) table() []setting {
 		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); script calls use --redis-calls-in-flight of them, the rest serve refunds, lease give-backs and probes", "0", &s.RedisPoolSize},
 		{"redis-calls-in-flight", "most script calls in flight per Redis node: the decisions that arrive meanwhile share the next call (raise it when Redis's round trip is much longer than a call)", "1", &s.RedisInFlight},
 		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", "200", &s.RedisLeaseRate},
-		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains)", "50ms", &s.RedisLeaseSpan},
+		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains); a longer span saves calls but lets one instance hold more of the limit, up to 1s", "50ms", &s.RedisLeaseSpan},
 		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
 		{"redis-read-timeout", "timeout of one Redis socket read", "500ms", &s.RedisRead},
 		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
@@ -418,20 +418,28 @@ func (s *settings) validate() error {
 	return nil
 }
 
+// maxPoolSize bounds --redis-pool-size: far more connections than any one
+// Redis node serves well, and within what go-redis accepts (int32).
+const maxPoolSize = 10000
+
 // validateRedis checks the Redis settings: the calls in flight, leases,
 // the pool, and a choice of Sentinel or Cluster.
 func (s *settings) validateRedis() error {
-	if s.RedisInFlight < 1 {
-		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 or more", s.RedisInFlight)
+	if s.RedisInFlight < 1 || s.RedisInFlight > maxPoolSize {
+		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 to %d", s.RedisInFlight, maxPoolSize)
 	}
 	if s.RedisLeaseRate < 0 {
 		return fmt.Errorf("--redis-lease-rate: %d must be 0 (off) or more", s.RedisLeaseRate)
 	}
-	if s.RedisLeaseSpan <= 0 {
-		return fmt.Errorf("--redis-lease-span: %v must be positive", s.RedisLeaseSpan)
+	if s.RedisLeaseSpan <= 0 || s.RedisLeaseSpan > time.Second {
+		return fmt.Errorf("--redis-lease-span: %v must be positive and at most 1s", s.RedisLeaseSpan)
 	}
-	if s.RedisPoolSize < 0 {
-		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) or more", s.RedisPoolSize)
+	if s.RedisPoolSize < 0 || s.RedisPoolSize > maxPoolSize {
+		return fmt.Errorf("--redis-pool-size: %d must be 0 (the default) to %d", s.RedisPoolSize, maxPoolSize)
+	}
+	if s.RedisPoolSize != 0 && s.RedisPoolSize <= s.RedisInFlight {
+		return fmt.Errorf("--redis-pool-size: %d must be more than --redis-calls-in-flight (%d): the rest serve refunds, lease give-backs and probes",
+			s.RedisPoolSize, s.RedisInFlight)
 	}
 	if s.RedisSentinel != "" && s.RedisSentinels == "" {
 		return errors.New("--redis-sentinel-master: needs --redis-sentinel-addrs")
