@@ -4,8 +4,8 @@
 # load generator (cmd/loadgen of AFTER). For every run and revision: a 2 s
 # warmup, then a measured run, and one line of decisions/s, p99, service CPU
 # per decision (utime+stime of /proc/<pid>/stat), Redis CPU per decision
-# (INFO cpu) and script calls per decision (INFO commandstats: evalsha, eval,
-# fcall).
+# (INFO cpu), of it the time inside script calls, and script calls per
+# decision (INFO commandstats: evalsha, eval, fcall).
 #
 # Environment: RUNS (3), DURATION (6s), CONC (64), DESCS (1), KEYS (10000),
 # BEFORE_FLAGS and AFTER_FLAGS (extra flags for each service, e.g. to compare
@@ -54,7 +54,7 @@ measure() {
 	local lg=(-target "127.0.0.1:$grpc" -concurrency "$CONC" -descriptors "$DESCS" -keys "$KEYS" -seed "$run")
 	"$tmp/loadgen" "${lg[@]}" -duration 2s >/dev/null
 	redis-cli -p "$rport" config resetstat >/dev/null
-	local t0 r0 t1 r1 calls
+	local t0 r0 t1 r1 calls usec
 	t0=$(ticks "$pid")
 	r0=$(redis_cpu_at "$rport")
 	"$tmp/loadgen" "${lg[@]}" -duration "$DURATION" -json >"$tmp/run.json"
@@ -62,14 +62,17 @@ measure() {
 	r1=$(redis_cpu_at "$rport")
 	calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
 		awk -F'[:,=]' '/^cmdstat_(evalsha|eval|fcall):/ {n += $3} END {print n + 0}')
+	usec=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
+		awk -F'[:,=]' '/^cmdstat_(evalsha|eval|fcall):/ {n += $5} END {print n + 0}')
 	kill -INT "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true
 	jq -r --arg rev "$rev" --argjson run "$run" --argjson hz "$hz" --argjson dt "$((t1 - t0))" \
-		--argjson r0 "$r0" --argjson r1 "$r1" --argjson calls "$calls" '
+		--argjson r0 "$r0" --argjson r1 "$r1" --argjson calls "$calls" --argjson usec "$usec" '
 		"\($rev) run=\($run): \(.decisions_per_s | floor)/s p99 \(.latency_us.p99 | floor)µs" +
 		" service \($dt / $hz * 1e6 / .requests * 10 | round / 10)µs" +
 		" redis \(($r1 - $r0) * 1e6 / .requests * 10 | round / 10)µs" +
+		" (in scripts \($usec / .requests * 10 | round / 10)µs)" +
 		" script calls \($calls / .requests * 1000 | round / 1000) per decision"' "$tmp/run.json"
 }
 
