@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# script-cost.sh: Redis's instructions per decision inside the script, in
+# the load test's steady state (pkg/redis BenchmarkScriptSteady: batches of
+# 12 single-hit requests of the default sliding window, every counter hit
+# every 625 ms), counted by valgrind's callgrind on a redis-server of its
+# own: a figure that the machine's noise (other processes, CPU frequency)
+# does not move, for comparing two versions of the script.
+#
+# It warms KEYS (2000) counters up with WARM (20000) calls, uncounted, then
+# counts CALLS (400) calls of BATCH (12) decisions. Environment: KEYS, WARM,
+# CALLS, BATCH, REDIS_SERVER
+# (redis-server; a build with symbols names the functions: KEEP=1 keeps
+# the callgrind output for callgrind_annotate).
+# Needs go, redis-server, valgrind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KEYS=${KEYS:-2000} WARM=${WARM:-20000} CALLS=${CALLS:-400} BATCH=${BATCH:-12}
+. bench/lib.sh
+tmp=$(mktemp -d)
+port=$(freeport)
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$tmp/cg.out" \
+	"${REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
+vg=$!
+trap 'kill $vg 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+go test -c -o "$tmp/redis.test" ./pkg/redis
+bench() { # iterations
+	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH \
+		"$tmp/redis.test" -test.run '^$' -test.bench '^BenchmarkScriptSteady$' -test.benchtime "$1x" >/dev/null
+}
+bench "$WARM"
+callgrind_control -i on "$vg" >/dev/null
+bench "$CALLS"
+callgrind_control -d "$vg" >/dev/null
+callgrind_control -i off "$vg" >/dev/null
+ls -la "$tmp" >&2; grep -H -E "^(summary|totals|events):" "$tmp"/cg.out* >&2
+ir=$(cat "$tmp"/cg.out* | awk '/^summary:/ {s += $2} END {print s}')
+echo "$((ir / (CALLS * BATCH))) instructions per decision ($CALLS calls of $BATCH, $KEYS counters)"
