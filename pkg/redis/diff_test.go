@@ -94,28 +94,56 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 }
 
 // parsePacked reads the packed string of a sliding window of n sub-windows
-// (limiter.lua): the sub-window at, the total and one record (index modulo
-// 256, count) per sub-window holding hits, newest first. It checks that the
-// total is their sum and that every record is in at-n..at, in order.
+// (limiter.lua): n slots of w bytes, slot i the count of sub-window at - i,
+// then the head: the sub-window at, the total, at's count, w and a salt
+// byte. It checks the layout, that w is the narrowest that holds every slot
+// and that the total is the sum. A stored string is never stale (the script
+// writes only what it rebuilt at its sub-window).
 func parsePacked(v string, n int64) (limiter.State, error) {
-	if len(v) < 16+9 || (len(v)-16)%9 != 0 {
-		return limiter.State{}, fmt.Errorf("%d bytes: want a 16-byte head and 9-byte records", len(v))
+	if len(v) < 26 {
+		return limiter.State{}, fmt.Errorf("%d bytes: want a 26-byte head", len(v))
 	}
-	f := func(off int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[off : off+8]))) }
-	at, total := int64(f(0)), int64(f(8))
-	st := limiter.State{At: at, Slots: make([]int64, n+1)}
-	sum, last := int64(0), at+1
-	for off := 16; off < len(v); off += 9 {
-		idx := at - (at-int64(v[off]))&255
-		c := int64(f(off + 1))
-		if idx < at-n || idx >= last || c <= 0 {
-			return limiter.State{}, fmt.Errorf("record of sub-window %d (count %d) after %d, at %d", idx, c, last, at)
+	h := len(v) - 26
+	w := int(v[h+24])
+	if (w != 1 && w != 2 && w != 4 && w != 8) || h != int(n)*w {
+		return limiter.State{}, fmt.Errorf("%d bytes of slots of width %d: want %d slots", h, w, n)
+	}
+	le := binary.LittleEndian
+	f := func(off int) float64 { return math.Float64frombits(le.Uint64([]byte(v[off : off+8]))) }
+	slot := func(i int) int64 {
+		b := []byte(v[i*w : (i+1)*w])
+		switch w {
+		case 1:
+			return int64(b[0])
+		case 2:
+			return int64(le.Uint16(b))
+		case 4:
+			return int64(le.Uint32(b))
 		}
-		st.Slots[idx-(at-n)] = c
-		sum, last = sum+c, idx
+		return int64(f(i * w))
+	}
+	at, total, cur := int64(f(h)), int64(f(h+8)), int64(f(h+16))
+	st := limiter.State{At: at, Slots: make([]int64, n+1)}
+	st.Slots[n] = cur
+	sum, widest := cur, int64(0)
+	for i := range int(n) {
+		c := slot(i)
+		st.Slots[int(n)-1-i] = c
+		sum, widest = sum+c, max(widest, c)
+	}
+	if need := map[bool]int{true: 1, false: 2}[widest < 256]; widest >= 65536 {
+		need = 4
+		if widest >= 1<<32 {
+			need = 8
+		}
+		if w != need {
+			return limiter.State{}, fmt.Errorf("width %d for a largest slot of %d", w, widest)
+		}
+	} else if w != need {
+		return limiter.State{}, fmt.Errorf("width %d for a largest slot of %d", w, widest)
 	}
 	if sum != total {
-		return limiter.State{}, fmt.Errorf("total %d, records sum to %d", total, sum)
+		return limiter.State{}, fmt.Errorf("total %d, slots sum to %d", total, sum)
 	}
 	return st, nil
 }

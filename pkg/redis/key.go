@@ -25,7 +25,7 @@ const MaxPlainKey = 256
 //
 // for example "sluice:{sw:60000:k:\x03api...}". algorithm is the
 // algorithm's code, followed for a sliding window of N > 1 sub-windows by
-// packedSubWindows and N ("swp20"), since N is part of the counter's
+// packedSubWindows and N ("swd20"), since N is part of the counter's
 // identity and of its layout. The braces are the Cluster
 // hash tag: it holds the whole counter identity (Key, window, algorithm), so a
 // counter is one slot. escaped replaces "%" with "%25" and "}" with "%7D" and
@@ -89,10 +89,12 @@ func escapedLen(s string) int {
 }
 
 // packedSubWindows marks the keys of sliding windows of N > 1 sub-windows in
-// their packed layout (one string: limiter.lua's sliding_window section):
-// "swp50". The hash layout they replaced was "sw50": its keys are ignored
-// (not read, not written) and expire by their TTL, within two windows.
-const packedSubWindows = "p"
+// their packed layout (one string of N slots as narrow as their counts, and
+// a head: limiter.lua's sliding_window section): "swd50". The layouts it
+// replaced were a hash ("sw50") and a string of sparse records ("swp50",
+// never released): their keys are ignored (not read, not written) and
+// expire by their TTL, within two windows.
+const packedSubWindows = "d"
 
 // algorithmCodes spells each algorithm inside keys, indexed by
 // limiter.Algorithm. Each algorithm has its own code, so its counters never

@@ -303,17 +303,78 @@ end
 
 ------------------------------------------------------------------------------
 -- sliding_window with N > 1 sub-windows (sliding_sub.go). The sub-window
--- index is j = floor(now / s) with s = w / N. One string per counter: '<dd'
--- at (the sub-window of the state, s1) and the total of its counts (s2),
--- then one '<Bd' record per sub-window holding hits, newest first: its
--- index modulo 256 and its count. In memory s3 is that whole string, its
--- head always up to date ('' for an empty state), so that the common step,
--- the current sub-window growing, rewrites the head and the newest record
--- in one piece and store writes s3 as it is. The records span at most
--- N + 1 <= 61 sub-windows, at - N .. at, so the index of a record with byte
--- b is at - (at - b) % 256. The total is never more than MAX (consume
--- saturates it), so it is exact, and equal to the Go twin's sum oldest
--- first.
+-- index is j = floor(now / s) with s = w / N. One string per counter: N
+-- slots, newest first, slot i the count of sub-window at - i, each W bytes
+-- (1, 2 or 4: an unsigned integer, little-endian; 8: a double), then the
+-- head '<dddBB': at (the sub-window of the state, s1), the total of all
+-- counts (s2), cur (the count of sub-window at, which may be 0), W and a
+-- salt byte. W is the fewest bytes that hold every slot's count. In memory
+-- s3 is that string; after a roll its head may be stale (at0 < at, d = at -
+-- at0 <= N): its slots and cur then describe sub-windows at0 - N .. at0,
+-- of which those older than at - N (slots N - d + 1 .. N) left the estimate
+-- (s2, the rolled total, no longer counts them). The total is never more
+-- than MAX (consume saturates it), so it is exact, and equal to the Go
+-- twin's sum oldest first.
+--
+-- Why this layout: Redis's Lua hashes every byte of every string it makes
+-- (the MGET's values, what struct.pack returns) and copies them byte by
+-- byte, so each decision's cost grows with the bytes of its counter: the
+-- slots are as narrow as their counts, and a decision makes one new string,
+-- the one it writes, with one struct.pack that copies the kept slots as a
+-- prefix of the old string ('c'). The salt, different from string to string,
+-- keeps strings that differ in few bytes from sharing a hash chain on a
+-- Lua whose hash samples bytes (upstream Lua 5.1).
+
+local SUBR = { [1] = '<B', [2] = '<H', [4] = '<I4', [8] = '<d' }
+local SUBW = { [1] = 'B', [2] = 'H', [4] = 'I4', [8] = 'd' }
+
+-- salt is the last byte of the next string written; SUBZERO is zero bytes
+-- to copy empty slots from; SUBFMT caches pack formats.
+local salt, SUBZERO, SUBFMT = 0, nil, {}
+
+-- subWidth is W for a largest count c.
+local function subWidth(c)
+  if c < 256 then
+    return 1
+  elseif c < 65536 then
+    return 2
+  elseif c < 4294967296 then
+    return 4
+  end
+  return 8
+end
+
+-- subShift is the pack format of a string whose head moved d >= 1 sub-windows
+-- on from at0: d - 1 empty slots, slot d (at0's count), the first N - d of
+-- the old ones, then the head.
+local function subShift(W, N, d)
+  local key = W * 4096 + N * 64 + d
+  local f = SUBFMT[key]
+  if not f then
+    f = '<'
+    if d > 1 then
+      f = f .. 'c' .. (d - 1) * W
+    end
+    f = f .. SUBW[W]
+    if d < N then
+      f = f .. 'c' .. (N - d) * W
+    end
+    f = f .. 'dddBB'
+    SUBFMT[key] = f
+  end
+  return f
+end
+
+-- subSame is the pack format that keeps all N slots of width W.
+local function subSame(W, N)
+  local key = W * 4096 + N * 64
+  local f = SUBFMT[key]
+  if not f then
+    f = '<c' .. N * W .. 'dddBB'
+    SUBFMT[key] = f
+  end
+  return f
+end
 
 -- parse reads a stored string (false: none); run reads every such key of
 -- the batch with one MGET (see prefetch), load one alone.
@@ -321,7 +382,7 @@ local function subParse(v)
   if not v then
     return 0, 0, '', false
   end
-  local at, total = sunpack('<dd', v)
+  local at, total = sunpack('<dd', v, #v - 25)
   return at, total, v, true
 end
 
@@ -329,8 +390,14 @@ local function subLoad(key)
   return subParse(redis.call('GET', key))
 end
 
--- roll drops the records that left the estimate (older than j - N), from
--- the end.
+-- subHead is a non-empty string's at0, cur and W.
+local function subHead(v)
+  local at0, _, cur, W = sunpack('<dddB', v, #v - 25)
+  return at0, cur, W
+end
+
+-- roll moves the state to sub-window j: the total loses the slots that
+-- left the estimate (older than j - N); the string stays as it is.
 local function subRoll(at, total, v, w, N)
   local j = windex(w / N)
   if at == j or (at > j and total ~= 0) then
@@ -338,15 +405,15 @@ local function subRoll(at, total, v, w, N)
   elseif total == 0 or at > j or j - at > N then
     return j, 0, ''
   end
-  local lo, len = j - N, #v
-  while len > 16 and at - (at - byte(v, len - 8)) % 256 < lo do
-    total = total - sunpack('<d', v, len - 7)
-    len = len - 9
+  local W = byte(v, #v - 1)
+  local r = SUBR[W]
+  for i = N - (j - at) + 1, N do
+    total = total - sunpack(r, v, (i - 1) * W + 1)
   end
-  if len <= 16 then
+  if total == 0 then
     return j, 0, ''
   end
-  return j, total, spack('<dd', j, total) .. sub(v, 17, len)
+  return j, total, v
 end
 
 -- decide admits n iff total + n <= L; otherwise the retry is the time until
@@ -360,25 +427,86 @@ local function subDecide(at, total, v, w, L, n, _, N)
   if e < 0 then
     e = 0
   end
-  local rest, p = total, #v - 8
-  while p >= 17 do
-    local b, c = sunpack('<Bd', v, p)
-    rest = rest - c
-    if rest + n <= L then
-      return false, ((N - (at - b) % 256) + 1) * s - e
+  if v == '' then
+    return false, (N + 1) * s - e
+  end
+  local at0, cur, W = subHead(v)
+  local r, rest = SUBR[W], total
+  for i = N - (at - at0), 1, -1 do
+    local c = sunpack(r, v, (i - 1) * W + 1)
+    if c ~= 0 then
+      rest = rest - c
+      if rest + n <= L then
+        return false, ((N - (at - at0 + i)) + 1) * s - e
+      end
     end
-    p = p - 9
+  end
+  if cur ~= 0 and rest - cur + n <= L then
+    return false, ((N - (at - at0)) + 1) * s - e
   end
   return false, (N + 1) * s - e
 end
 
+-- newest is the sub-window of the newest hits of a non-empty state.
+local function subNewest(v, N)
+  local at0, cur, W = subHead(v)
+  if cur ~= 0 then
+    return at0
+  end
+  local r = SUBR[W]
+  for i = 1, N do
+    if sunpack(r, v, (i - 1) * W + 1) ~= 0 then
+      return at0 - i
+    end
+  end
+  return at0 - N
+end
+
+-- subEncode writes the state at sub-window at whose counts, newest first,
+-- are cs (cs[1] is at's, cs[i + 1] sub-window at - i's; missing ones are 0).
+-- For the rare paths (undo, a count too wide for its slots).
+local function subEncode(at, total, cs, N)
+  local big = 0
+  for i = 2, N + 1 do
+    big = max(big, cs[i] or 0)
+  end
+  local W = subWidth(big)
+  local parts = {}
+  for i = 2, N + 1 do
+    parts[i - 1] = spack('<' .. SUBW[W], cs[i] or 0)
+  end
+  salt = (salt + 1) % 256
+  parts[N + 1] = spack('<dddBB', at, total, cs[1] or 0, W, salt)
+  return table.concat(parts)
+end
+
+-- subCounts is the counts of v at sub-window at, newest first (subEncode's
+-- cs), of the sub-windows in the estimate.
+local function subCounts(at, v, N)
+  local cs = { 0 }
+  if v == '' then
+    return cs
+  end
+  local at0, cur, W = subHead(v)
+  local d, r = at - at0, SUBR[W]
+  cs[d + 1] = cur
+  for i = 1, N - d do
+    cs[d + i + 1] = sunpack(r, v, (i - 1) * W + 1)
+  end
+  return cs
+end
+
 -- consume: the current sub-window (at) grows by inc, the total saturating at
 -- MAX, then shrinks by dec, never below 0. The undo token is the sub-window
--- and what it gained.
-local function subConsume(_, at, total, v, _, _, inc, dec)
-  local cur, from = 0, 17
-  if #v > 16 and byte(v, 17) == at % 256 then
-    cur, from = sunpack('<d', v, 18), 26
+-- and what it gained. A stale string is rewritten at at even when nothing
+-- changed (what consume returns is written, as the Go twin stores it).
+local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
+  local at0, cur0, W, cur = at, 0, 1, 0
+  if v ~= '' then
+    at0, cur0, W = subHead(v)
+    if at0 == at then
+      cur = cur0
+    end
   end
   local rest = total - cur
   local c = min(cur + inc, MAX - rest)
@@ -387,14 +515,33 @@ local function subConsume(_, at, total, v, _, _, inc, dec)
   else
     c = c - dec
   end
-  if c == cur then
+  local t = rest + c
+  if c == cur and at0 == at then
     return at, total, v, at, 0
-  elseif c ~= 0 then
-    return at, rest + c, spack('<ddBd', at, rest + c, at % 256, c) .. sub(v, from), at, c - cur
-  elseif rest == 0 then
-    return at, 0, '', at, -cur
+  elseif t == 0 then
+    return at, 0, '', at, c - cur
   end
-  return at, rest, spack('<dd', at, rest) .. sub(v, from), at, -cur
+  salt = (salt + 1) % 256
+  if v == '' then
+    SUBZERO = SUBZERO or string.rep('\0', 8 * 64)
+    return at, t, spack(subSame(1, N), SUBZERO, at, t, c, 1, salt), at, c - cur
+  elseif at0 == at then
+    return at, t, spack(subSame(W, N), v, at, t, c, W, salt), at, c - cur
+  elseif subWidth(cur0) > W then
+    local cs = subCounts(at, v, N)
+    cs[1] = c
+    return at, t, subEncode(at, t, cs, N), at, c - cur
+  end
+  local d = at - at0
+  local f = subShift(W, N, d)
+  if d == 1 then
+    return at, t, spack(f, cur0, v, at, t, c, W, salt), at, c - cur
+  end
+  SUBZERO = SUBZERO or string.rep('\0', 8 * 64)
+  if d < N then
+    return at, t, spack(f, SUBZERO, cur0, v, at, t, c, W, salt), at, c - cur
+  end
+  return at, t, spack(f, SUBZERO, cur0, at, t, c, W, salt), at, c - cur
 end
 
 -- report: remaining is L - total, at least 0; the reset is the time until
@@ -407,7 +554,7 @@ local function subReport(at, total, v, w, L, allowed, _, N)
     if e < 0 then
       e = 0
     end
-    reset = ((N - (at - byte(v, 17)) % 256) + 1) * s - e
+    reset = ((N - (at - subNewest(v, N))) + 1) * s - e
   end
   if not allowed then
     return 0, reset
@@ -421,7 +568,7 @@ end
 
 -- store: the TTL is when the newest sub-window holding hits leaves the
 -- estimate (limiter's subExpires).
-local function subStore(key, w, N, at, total, v, _, _, ov, exists)
+local function subStore(key, w, N, _, total, v, _, _, ov, exists)
   if v == ov then
     return
   elseif total == 0 then
@@ -430,51 +577,29 @@ local function subStore(key, w, N, at, total, v, _, _, ov, exists)
     end
     return
   end
-  local newest = at - (at - byte(v, 17)) % 256
-  redis.call('SET', key, v, 'PX', (newest + N + 1) * (w / N) - now)
+  redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N) + N + 1) * (w / N) - now))
 end
 
 -- undo subtracts delta from sub-window idx while the estimate counts it,
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
--- decodes and encodes every record.
+-- decodes and encodes every slot.
 local function subUndo(_, at, total, v, _, N, idx, delta)
   if delta == 0 or idx > at or idx < at - N then
     return at, total, v, 0
   end
-  local ids, cs, found = {}, {}, 0
-  for p = 17, #v - 8, 9 do
-    local b, c = sunpack('<Bd', v, p)
-    ids[#ids + 1], cs[#cs + 1] = at - (at - b) % 256, c
-    if ids[#ids] == idx then
-      found = #ids
-    end
+  local cs = subCounts(at, v, N)
+  local x = at - idx + 1
+  local old = cs[x] or 0
+  if old == 0 and delta > 0 then
+    return at, total, v, 0
   end
-  if found == 0 then
-    if delta > 0 then
-      return at, total, v, 0
-    end
-    local x = #ids + 1
-    while x > 1 and ids[x - 1] < idx do
-      x = x - 1
-    end
-    table.insert(ids, x, idx)
-    table.insert(cs, x, 0)
-    found = x
-  end
-  local old = cs[found]
   local c = min(max(old - delta, 0), MAX - (total - old))
-  cs[found] = c
+  cs[x] = c
   total = total - old + c
   if total == 0 then
     return at, 0, '', 1
   end
-  local parts = { spack('<dd', at, total) }
-  for x = 1, #ids do
-    if cs[x] ~= 0 then
-      parts[#parts + 1] = spack('<Bd', ids[x] % 256, cs[x])
-    end
-  end
-  return at, total, table.concat(parts), 1
+  return at, total, subEncode(at, total, cs, N), 1
 end
 
 ------------------------------------------------------------------------------
@@ -956,6 +1081,29 @@ local function run(KEYS, ARGV)
           end
         end
         out[#out + 1] = spack('<d', changed)
+      end
+    elseif kind == 1 and count == 1 and not full and not leased and byte(prog, p + 26) == 0 then
+      -- The common entry, decided as the general path below decides it
+      -- but without its tables: an apply of one plain hit (no flags, no
+      -- lease), short reply.
+      local k, L, B, n
+      k, L, B, n, p = sunpack('<Hddd', prog, p)
+      p = p + 9
+      local A, w, N = KA[k], KW[k], KN[k]
+      if ox[k] == 0 then
+        o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+        s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+      end
+      local a, b, c = s1[k], s2[k], s3[k]
+      local allowed, retry = A.decide(a, b, c, w, L, n, B, N)
+      if allowed then
+        a, b, c = A.consume(KEYS[k], a, b, c, w, L, n, 0, B, N)
+        s1[k], s2[k], s3[k], dirty[k] = a, b, c, true
+        local r, t = A.report(a, b, c, w, L, true, B, N)
+        out[#out + 1] = spack('<BBddd', 1, 1, 0, r, t)
+      else
+        local r, t = A.report(a, b, c, w, L, false, B, N)
+        out[#out + 1] = spack('<BBddd', 0, 0, retry, r, t)
       end
     else
       -- Read the hits; every hit is decided with the growth its counter

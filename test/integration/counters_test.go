@@ -111,10 +111,11 @@ func packedTotal(t *testing.T, addr, key string) uint64 {
 		t.Fatalf("GET %q on %s: %v", key, addr, err)
 	}
 	v, _ := r.(string)
-	if len(v) < 16 {
-		t.Fatalf("GET %q: %d bytes, want a 16-byte head", key, len(v))
+	if len(v) < 26 {
+		t.Fatalf("GET %q: %d bytes, want a 26-byte head", key, len(v))
 	}
-	return uint64(math.Float64frombits(bin.LittleEndian.Uint64([]byte(v[8:16]))))
+	h := len(v) - 26 // the head: at, total, the current count, the slot width, a salt byte
+	return uint64(math.Float64frombits(bin.LittleEndian.Uint64([]byte(v[h+8 : h+16]))))
 }
 
 // keySlot returns the Cluster slot of key, by CLUSTER KEYSLOT on addr.
