@@ -128,8 +128,21 @@ local spack, sunpack, floor, min, max, fmt, sub, byte
 -- now is the batch's clock, set by run.
 local now = 0
 
--- ZEROS is a list of zeros that run copies to make its tables at their size.
-local ZEROS = {}
+-- The tables run works in, made once when the library loads and reused by
+-- every call (tables made per call cost, with their collection, more than
+-- the decisions of a small batch; EVALSHA runs the whole file per call and
+-- so makes them per call). Only indices a call sets first are read, and run
+-- resets those it reads before setting (KA, ox, dirty, mark) for its keys.
+-- Per key: section, window, sub-windows; stored state (o1-o3, ox: 0 until
+-- loaded); current state (s1-s3); dirty (to store); per entry (see run)
+-- the entry that last marked it and its growth, lease and first hit.
+local KA, KW, KN, o1, o2, o3, ox, s1, s2, s3, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local mark, inc, dec, odi, ask, first = {}, {}, {}, {}, {}, {}
+-- Per hit of an entry and per key of an entry (see run); the reply's parts;
+-- prefetch's keys.
+local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local ek, tu1, tu2, tg, out = {}, {}, {}, {}, {}
+local pidx, pnames = {}, {}
 
 -- windex is floor(now / w), exact even when the double division rounds.
 local function windex(w)
@@ -971,19 +984,20 @@ local ALG = {
 -- costs about as much as the rest of a decision, so a batch pays one read
 -- instead of one per counter. The keys it loads are not loaded again (ox).
 local PREFETCH = 1000
-local function prefetch(KEYS, nk, KA, KW, KN, o1, o2, o3, ox, s1, s2, s3)
-  local idx, names = {}, {}
+local function prefetch(KEYS, nk)
+  local n = 0
   for k = 1, nk do
     local A = KA[k]
     if A ~= 0 and A.parse then
-      idx[#idx + 1], names[#names + 1] = k, KEYS[k]
+      n = n + 1
+      pidx[n], pnames[n] = k, KEYS[k]
     end
   end
-  for from = 1, #idx, PREFETCH do
-    local to = min(from + PREFETCH - 1, #idx)
-    local vals = redis.call('MGET', unpack(names, from, to))
+  for from = 1, n, PREFETCH do
+    local to = min(from + PREFETCH - 1, n)
+    local vals = redis.call('MGET', unpack(pnames, from, to))
     for x = from, to do
-      local k = idx[x]
+      local k = pidx[x]
       local A, w, N = KA[k], KW[k], KN[k]
       o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1])
       s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
@@ -1010,18 +1024,9 @@ local function run(KEYS, ARGV)
     now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
   end
   local nk, specs, prog = #KEYS, ARGV[2], ARGV[3]
-  -- Per key: section, window, sub-windows; stored state (o1-o3, ox; ox nil
-  -- until loaded); current state (s1-s3); dirty (to store).
-  -- Tables made at their full size (a table grown one key at a time is
-  -- reallocated at every power of two, which costs more than the work).
-  if #ZEROS < nk then
-    for k = #ZEROS + 1, nk do
-      ZEROS[k] = 0
-    end
+  for k = 1, nk do
+    KA[k], ox[k], dirty[k], mark[k] = 0, 0, 0, 0
   end
-  local KA, KW, KN = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
-  local o1, o2, o3, ox = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
-  local s1, s2, s3, dirty = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
   local p = 1
   for k = 1, nk do
     local a, w, N
@@ -1039,17 +1044,14 @@ local function run(KEYS, ARGV)
       KA[k], KW[k], KN[k] = A, w, N
     end
   end
-  prefetch(KEYS, nk, KA, KW, KN, o1, o2, o3, ox, s1, s2, s3)
-  -- Per entry, reused: its hits (key, requests, burst, hits, flags, lease,
+  prefetch(KEYS, nk)
+  -- Per entry: its hits (hk..ta: key, requests, burst, hits, flags, lease,
   -- allowed, retry, the two remaining/reset pairs), its keys in order of
   -- first hit (ek, with mark[k] = the entry's number), and per key the
   -- growth (inc, dec, odi: the largest overdraw hits), the lease asked and
-  -- the key's first hit.
-  local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
-  local mark, inc, dec, odi = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
-  local ask, first = { unpack(ZEROS, 1, nk) }, { unpack(ZEROS, 1, nk) }
-  local ek, tu1, tu2, tg = {}, {}, {}, {}
-  local out = { spack('<d', now) }
+  -- the key's first hit. The reply is out[1..nout].
+  out[1] = spack('<d', now)
+  local nout = 1
   local plen, e = #prog, 0
   p = 1
   while p <= plen do
@@ -1063,7 +1065,8 @@ local function run(KEYS, ARGV)
       m, ttl, p = sunpack('<Hd', prog, p)
       if m > 0 and not redis.call('SET', KEYS[m], '1', 'NX', 'PX', fmt('%d', ttl)) then
         p = p + 18 * count
-        out[#out + 1] = spack('<d', -1)
+        nout = nout + 1
+        out[nout] = spack('<d', -1)
       else
         local changed = 0
         for _ = 1, count do
@@ -1080,7 +1083,8 @@ local function run(KEYS, ARGV)
             changed = changed + 1
           end
         end
-        out[#out + 1] = spack('<d', changed)
+        nout = nout + 1
+        out[nout] = spack('<d', changed)
       end
     elseif kind == 1 and count == 1 and not full and not leased and byte(prog, p + 26) == 0 then
       -- The common entry, decided as the general path below decides it
@@ -1100,10 +1104,12 @@ local function run(KEYS, ARGV)
         a, b, c = A.consume(KEYS[k], a, b, c, w, L, n, 0, B, N)
         s1[k], s2[k], s3[k], dirty[k] = a, b, c, true
         local r, t = A.report(a, b, c, w, L, true, B, N)
-        out[#out + 1] = spack('<BBddd', 1, 1, 0, r, t)
+        nout = nout + 1
+        out[nout] = spack('<BBddd', 1, 1, 0, r, t)
       else
         local r, t = A.report(a, b, c, w, L, false, B, N)
-        out[#out + 1] = spack('<BBddd', 0, 0, retry, r, t)
+        nout = nout + 1
+        out[nout] = spack('<BBddd', 0, 0, retry, r, t)
       end
     else
       -- Read the hits; every hit is decided with the growth its counter
@@ -1224,7 +1230,8 @@ local function run(KEYS, ARGV)
         tu1[x], tu2[x], tg[x] = u1, u2, g
       end
       if full then
-        out[#out + 1] = spack('<B', admitted and 1 or 0)
+        nout = nout + 1
+        out[nout] = spack('<B', admitted and 1 or 0)
       end
       for h = 1, count do
         local bits = ok[h] and 1 or 0
@@ -1232,26 +1239,31 @@ local function run(KEYS, ARGV)
           bits = bits + 2
         end
         if full then
-          out[#out + 1] = spack('<Bddddd', bits, retry[h], rd[h], td[h], ra[h], ta[h])
+          nout = nout + 1
+          out[nout] = spack('<Bddddd', bits, retry[h], rd[h], td[h], ra[h], ta[h])
         else
           local r, t = rd[h], td[h]
           if consume then
             r, t = ra[h], ta[h]
           end
           if h == 1 then
-            out[#out + 1] = spack('<BBddd', admitted and 1 or 0, bits, retry[h], r, t)
+            nout = nout + 1
+            out[nout] = spack('<BBddd', admitted and 1 or 0, bits, retry[h], r, t)
           else
-            out[#out + 1] = spack('<Bddd', bits, retry[h], r, t)
+            nout = nout + 1
+            out[nout] = spack('<Bddd', bits, retry[h], r, t)
           end
         end
       end
       if full then
         for x = 1, nek do
-          out[#out + 1] = spack('<ddd', tu1[x], tu2[x], tg[x])
+          nout = nout + 1
+          out[nout] = spack('<ddd', tu1[x], tu2[x], tg[x])
         end
       elseif leased then
         for x = 1, nek do
-          out[#out + 1] = spack('<dd', tu1[x], tg[x])
+          nout = nout + 1
+          out[nout] = spack('<dd', tu1[x], tg[x])
         end
       end
     end
@@ -1261,5 +1273,5 @@ local function run(KEYS, ARGV)
       KA[k].store(KEYS[k], KW[k], KN[k], s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k])
     end
   end
-  return table.concat(out)
+  return table.concat(out, '', 1, nout)
 end
