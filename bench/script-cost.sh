@@ -8,13 +8,13 @@
 #
 # It warms KEYS (2000) counters up with WARM (20000) calls, uncounted, then
 # counts CALLS (400) calls of BATCH (12) decisions. Environment: KEYS, WARM,
-# CALLS, BATCH, REDIS_SERVER
+# CALLS, BATCH, HITS (descriptors per request: 1), REDIS_SERVER
 # (redis-server; a build with symbols names the functions: KEEP=1 keeps
 # the callgrind output for callgrind_annotate).
 # Needs go, redis-server, valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KEYS=${KEYS:-2000} WARM=${WARM:-20000} CALLS=${CALLS:-400} BATCH=${BATCH:-12}
+KEYS=${KEYS:-2000} WARM=${WARM:-20000} CALLS=${CALLS:-400} BATCH=${BATCH:-12} HITS=${HITS:-1}
 . bench/lib.sh
 tmp=$(mktemp -d)
 port=$(freeport)
@@ -25,7 +25,7 @@ trap 'kill $vg 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 go test -c -o "$tmp/redis.test" ./pkg/redis
 bench() { # iterations
-	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH \
+	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH SLUICE_BENCH_HITS=$HITS \
 		"$tmp/redis.test" -test.run '^$' -test.bench '^BenchmarkScriptSteady$' -test.benchtime "$1x" >/dev/null
 }
 bench "$WARM"
@@ -35,4 +35,4 @@ callgrind_control -d "$vg" >/dev/null
 callgrind_control -i off "$vg" >/dev/null
 ls -la "$tmp" >&2; grep -H -E "^(summary|totals|events):" "$tmp"/cg.out* >&2
 ir=$(cat "$tmp"/cg.out* | awk '/^summary:/ {s += $2} END {print s}')
-echo "$((ir / (CALLS * BATCH))) instructions per decision ($CALLS calls of $BATCH, $KEYS counters)"
+echo "$((ir / (CALLS * BATCH))) instructions per decision ($CALLS calls of $BATCH requests of $HITS descriptors, $KEYS counters)"

@@ -203,8 +203,8 @@ var benchKeys = 20000
 
 // BenchmarkScriptSteady is the script alone in the load test's steady state
 // (bench/loadtest.yaml under 16,000 decisions/s on 10,000 values): batches
-// of SLUICE_BENCH_BATCH (12: what a call carries at 64 callers) single-hit
-// requests, on
+// of SLUICE_BENCH_BATCH (12: what a call carries at 64 callers) requests of
+// SLUICE_BENCH_HITS (1) descriptors, on
 // SLUICE_BENCH_KEYS counters (10,000) in turn, of the default sliding window
 // (a minute, 50 sub-windows), on a clock of its own on which each counter is
 // hit every 625 ms (as at 16,000 decisions/s on 10,000 counters), so that
@@ -218,9 +218,12 @@ func BenchmarkScriptSteady(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_KEYS")); err == nil {
 		keys = v
 	}
-	batch := 12
+	batch, perRequest := 12, 1
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH")); err == nil {
 		batch = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_HITS")); err == nil {
+		perRequest = v
 	}
 	s := benchStore(b)
 	ctx := context.Background()
@@ -238,7 +241,11 @@ func BenchmarkScriptSteady(b *testing.B) {
 	for b.Loop() {
 		ps := make([]*pending, batch)
 		for i := range ps {
-			gs, _ := s.split([]limiter.Hit{{Key: "k" + strconv.Itoa(n%keys), Limit: l, Hits: 1}})
+			hits := make([]limiter.Hit, perRequest)
+			for d := range hits {
+				hits[d] = limiter.Hit{Key: "d" + strconv.Itoa(d) + "k" + strconv.Itoa(n%keys), Limit: l, Hits: 1}
+			}
+			gs, _ := s.split(hits)
 			ps[i] = &pending{e: gs[0].e}
 			n++
 		}

@@ -1006,6 +1006,24 @@ local function prefetch(KEYS, nk)
 end
 
 ------------------------------------------------------------------------------
+-- plainHits says whether the count hits of an apply entry at p ('<HdddBd'
+-- each) are plain (flags 0) and on distinct counters: run's fast path. It
+-- marks their keys -e (the general path marks e).
+local function plainHits(prog, p, count, e)
+  if count == 1 then
+    return byte(prog, p + 26) == 0
+  end
+  for q = p, p + 35 * (count - 1), 35 do
+    local k = byte(prog, q) + 256 * byte(prog, q + 1)
+    if byte(prog, q + 26) ~= 0 or mark[k] == -e then
+      return false
+    end
+    mark[k] = -e
+  end
+  return true
+end
+
+------------------------------------------------------------------------------
 -- run decides one batch (see the header).
 local function run(KEYS, ARGV)
   if not spack then
@@ -1086,30 +1104,39 @@ local function run(KEYS, ARGV)
         nout = nout + 1
         out[nout] = spack('<d', changed)
       end
-    elseif kind == 1 and count == 1 and not full and not leased and byte(prog, p + 26) == 0 then
+    elseif kind == 1 and not full and not leased and plainHits(prog, p, count, e) then
       -- The common entry, decided as the general path below decides it
-      -- but without its tables: an apply of one plain hit (no flags, no
-      -- lease), short reply.
-      local k, L, B, n
-      k, L, B, n, p = sunpack('<Hddd', prog, p)
-      p = p + 9
-      local A, w, N = KA[k], KW[k], KN[k]
-      if ox[k] == 0 then
-        o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
-        s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+      -- but without its bookkeeping: an apply of plain hits (no flags, no
+      -- lease) on distinct counters, short reply.
+      local admitted = true
+      for h = 1, count do
+        local k
+        k, hL[h], hB[h], hn[h], p = sunpack('<Hddd', prog, p)
+        p = p + 9
+        hk[h] = k
+        local A, w, N = KA[k], KW[k], KN[k]
+        if ox[k] == 0 then
+          o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+          s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+        end
+        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], w, hL[h], hn[h], hB[h], N)
+        admitted = admitted and ok[h]
       end
-      local a, b, c = s1[k], s2[k], s3[k]
-      local allowed, retry = A.decide(a, b, c, w, L, n, B, N)
-      if allowed then
-        a, b, c = A.consume(KEYS[k], a, b, c, w, L, n, 0, B, N)
-        s1[k], s2[k], s3[k], dirty[k] = a, b, c, true
-        local r, t = A.report(a, b, c, w, L, true, B, N)
+      for h = 1, count do
+        local k, L, B = hk[h], hL[h], hB[h]
+        local A, w, N = KA[k], KW[k], KN[k]
+        local r, t
+        if admitted then
+          s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, L, hn[h], 0, B, N)
+          dirty[k] = true
+        end
+        r, t = A.report(s1[k], s2[k], s3[k], w, L, ok[h], B, N)
         nout = nout + 1
-        out[nout] = spack('<BBddd', 1, 1, 0, r, t)
-      else
-        local r, t = A.report(a, b, c, w, L, false, B, N)
-        nout = nout + 1
-        out[nout] = spack('<BBddd', 0, 0, retry, r, t)
+        if h == 1 then
+          out[nout] = spack('<BBddd', admitted and 1 or 0, ok[h] and 1 or 0, retry[h], r, t)
+        else
+          out[nout] = spack('<Bddd', ok[h] and 1 or 0, retry[h], r, t)
+        end
       end
     else
       -- Read the hits; every hit is decided with the growth its counter
