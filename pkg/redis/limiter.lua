@@ -1010,9 +1010,6 @@ end
 -- each) are plain (flags 0) and on distinct counters: run's fast path. It
 -- marks their keys -e (the general path marks e).
 local function plainHits(prog, p, count, e)
-  if count == 1 then
-    return byte(prog, p + 26) == 0
-  end
   for q = p, p + 35 * (count - 1), 35 do
     local k = byte(prog, q) + 256 * byte(prog, q + 1)
     if byte(prog, q + 26) ~= 0 or mark[k] == -e then
@@ -1104,10 +1101,31 @@ local function run(KEYS, ARGV)
         nout = nout + 1
         out[nout] = spack('<d', changed)
       end
+    elseif kind == 1 and count == 1 and not full and not leased and byte(prog, p + 26) == 0 then
+      -- The commonest entry, decided as the general path below decides it
+      -- but without its tables: an apply of one plain hit (no flags, no
+      -- lease), short reply.
+      local k, L, B, n
+      k, L, B, n, p = sunpack('<Hddd', prog, p)
+      p = p + 9
+      local A, w, N = KA[k], KW[k], KN[k]
+      if ox[k] == 0 then
+        o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+        s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+      end
+      local a, b, c = s1[k], s2[k], s3[k]
+      local allowed, retry1 = A.decide(a, b, c, w, L, n, B, N)
+      if allowed then
+        a, b, c = A.consume(KEYS[k], a, b, c, w, L, n, 0, B, N)
+        s1[k], s2[k], s3[k], dirty[k] = a, b, c, true
+      end
+      local r, t = A.report(a, b, c, w, L, allowed, B, N)
+      nout = nout + 1
+      out[nout] = spack('<BBddd', allowed and 1 or 0, allowed and 1 or 0, retry1, r, t)
     elseif kind == 1 and not full and not leased and plainHits(prog, p, count, e) then
-      -- The common entry, decided as the general path below decides it
-      -- but without its bookkeeping: an apply of plain hits (no flags, no
-      -- lease) on distinct counters, short reply.
+      -- The common entry of several descriptors, decided as the general
+      -- path below decides it but without its bookkeeping: an apply of
+      -- plain hits (no flags, no lease) on distinct counters, short reply.
       local admitted = true
       for h = 1, count do
         local k
