@@ -53,6 +53,7 @@ type OverLimitCache struct {
 	now   func() time.Time
 	max   int
 	hits  atomic.Int64 // answers from the cache
+	size  atomic.Int64 // len(m), so that an empty cache is skipped without mu
 
 	mu sync.Mutex
 	m  map[string]cachedDenial
@@ -95,20 +96,16 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 		// wrongly (it only grows).
 		return c.store.Apply(ctx, hits)
 	}
-	sig := signature(hits)
+	// The signature is built on the stack: only a denial that is cached
+	// keeps it (a lookup with string(sig) does not copy it).
+	var buf [256]byte
+	sig := appendSignature(buf[:0], hits)
 	now := c.now()
-	c.mu.Lock()
-	d, ok := c.m[sig]
-	if ok && now.Before(d.until) && slices.Equal(d.hits, hits) {
-		c.mu.Unlock()
-		c.hits.Add(1)
-		return d.replay(now), nil
+	if c.size.Load() > 0 {
+		if r, ok := c.lookup(sig, hits, now); ok {
+			return r, nil
+		}
 	}
-	if ok {
-		delete(c.m, sig)
-	}
-	c.mu.Unlock()
-
 	results, err := c.store.Apply(ctx, hits)
 	if err != nil || len(results) != len(hits) {
 		return results, err
@@ -123,10 +120,29 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 				break
 			}
 		}
-		c.m[sig] = d
+		c.m[string(sig)] = d
+		c.size.Store(int64(len(c.m)))
 		c.mu.Unlock()
 	}
 	return results, nil
+}
+
+// lookup answers hits, whose signature is sig, from a denial cached for
+// them that still holds at now; it drops one that no longer does.
+func (c *OverLimitCache) lookup(sig []byte, hits []Hit, now time.Time) ([]Result, bool) {
+	c.mu.Lock()
+	d, ok := c.m[string(sig)]
+	if ok && now.Before(d.until) && slices.Equal(d.hits, hits) {
+		c.mu.Unlock()
+		c.hits.Add(1)
+		return d.replay(now), true
+	}
+	if ok {
+		delete(c.m, string(sig))
+		c.size.Store(int64(len(c.m)))
+	}
+	c.mu.Unlock()
+	return nil, false
 }
 
 // dropRefunded drops the cached denials that touch a counter that hits
@@ -145,6 +161,7 @@ func (c *OverLimitCache) dropRefunded(hits []Hit) {
 			delete(c.m, sig)
 		}
 	}
+	c.size.Store(int64(len(c.m)))
 }
 
 // replay returns d's Results as of now: RetryAfter and ResetAfter lowered by
@@ -194,15 +211,11 @@ func denialHold(hits []Hit, results []Result) time.Duration {
 	return max(hold, quota)
 }
 
-// signature identifies a request: every hit's counter, limit, hits and
-// flags, each length-prefixed. Apply also compares the hits in full, so a
-// field missing here costs a cache miss, never a wrong answer.
-func signature(hits []Hit) string {
-	n := 0
-	for _, h := range hits {
-		n += len(h.Key) + 40
-	}
-	b := make([]byte, 0, n)
+// appendSignature appends to b what identifies a request: every hit's
+// counter, limit, hits and flags, each length-prefixed. Apply also compares
+// the hits in full, so a field missing here costs a cache miss, never a
+// wrong answer.
+func appendSignature(b []byte, hits []Hit) []byte {
 	for _, h := range hits {
 		b = binary.AppendUvarint(b, uint64(len(h.Key)))
 		b = append(b, h.Key...)
@@ -223,5 +236,5 @@ func signature(hits []Hit) string {
 		}
 		b = append(b, f)
 	}
-	return string(b)
+	return b
 }
