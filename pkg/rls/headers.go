@@ -69,52 +69,100 @@ func (h HeaderSet) String() string {
 	return strings.Join(ws, ",")
 }
 
-// addHeaders fills resp.response_headers_to_add and raw_body from d: the
-// RateLimit fields report d's binding limit, RateLimit-Policy lists every
-// counted limit that is not in shadow mode, and Retry-After comes with
-// OVER_LIMIT.
-func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decision) {
+// inlineHeaders is how many headers a headerList holds without another
+// allocation: RateLimit-Policy, RateLimit and Retry-After, the default set.
+const inlineHeaders = 3
+
+// headerList is the response headers of one response: the first
+// inlineHeaders in its own memory, more each in one of their own.
+type headerList struct {
+	list []*corev3.HeaderValue
+	ptr  [inlineHeaders]*corev3.HeaderValue
+	hv   [inlineHeaders]corev3.HeaderValue
+}
+
+// add appends the header key: value.
+func (h *headerList) add(key, value string) {
+	n := len(h.list)
+	if n >= inlineHeaders {
+		h.list = append(h.list, &corev3.HeaderValue{Key: key, Value: value})
+		return
+	}
+	if n == 0 {
+		h.list = h.ptr[:0]
+	}
+	h.hv[n].Key, h.hv[n].Value = key, value
+	h.list = append(h.list, &h.hv[n])
+}
+
+// addHeaders fills resp.response_headers_to_add (from h's memory) and
+// raw_body from d: the RateLimit fields report d's binding limit,
+// RateLimit-Policy lists every counted limit that is not in shadow mode,
+// and Retry-After comes with OVER_LIMIT. The values that vary per call
+// share one string.
+func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decision, h *headerList) {
 	if s.opts.Headers == 0 {
 		return
 	}
-	var hs []*corev3.HeaderValue
 	if d.Binding >= 0 {
 		st := &d.Statuses[d.Binding]
 		r := st.Result
-		reset := strconv.FormatInt(ceilSeconds(r.ResetAfter), 10)
+		reset := uint64(ceilSeconds(r.ResetAfter))
+		var buf [96]byte
+		b := buf[:0]
+		var ends [3]int // the end in b of RateLimit, then of the compat remaining and reset
 		if s.opts.Headers&HeadersDraft != 0 {
-			hs = append(hs,
-				&corev3.HeaderValue{Key: "RateLimit-Policy", Value: s.policy(d)},
-				&corev3.HeaderValue{Key: "RateLimit", Value: s.texts.get(d.Config, st.Override, st.Name, st.Limit).quoted + ";r=" + strconv.FormatUint(r.Remaining, 10) + ";t=" + reset})
+			b = append(b, s.texts.get(d.Config, st.Override, st.Name, st.Limit).quoted...)
+			b = strconv.AppendUint(append(b, ";r="...), r.Remaining, 10)
+			b = strconv.AppendUint(append(b, ";t="...), reset, 10)
+		}
+		ends[0] = len(b)
+		if s.opts.Headers&HeadersCompat != 0 {
+			b = strconv.AppendUint(b, r.Remaining, 10)
+			ends[1] = len(b)
+			b = strconv.AppendUint(b, reset, 10)
+		}
+		ends[2] = len(b)
+		text := string(b)
+		if s.opts.Headers&HeadersDraft != 0 {
+			h.add("RateLimit-Policy", s.policy(d))
+			h.add("RateLimit", text[:ends[0]])
 		}
 		if s.opts.Headers&HeadersCompat != 0 {
-			hs = append(hs,
-				&corev3.HeaderValue{Key: s.opts.CompatNames[0], Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
-				&corev3.HeaderValue{Key: s.opts.CompatNames[1], Value: strconv.FormatUint(r.Remaining, 10)},
-				&corev3.HeaderValue{Key: s.opts.CompatNames[2], Value: reset})
+			h.add(s.opts.CompatNames[0], strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10))
+			h.add(s.opts.CompatNames[1], text[ends[0]:ends[1]])
+			h.add(s.opts.CompatNames[2], text[ends[1]:ends[2]])
 		}
 	}
 	if d.Code == ratelimit.OverLimit {
-		secs := max(ceilSeconds(d.RetryAfter), 1)
-		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
-		if s.opts.RawBody {
-			if d.ExceedsLimit {
-				// No wait will admit this request: say so to the client.
-				resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d,"exceeds_limit":true}`, secs)
-			} else {
-				resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d}`, secs)
-			}
-			hs = append(hs, &corev3.HeaderValue{Key: "Content-Type", Value: "application/json"})
-		}
+		s.addOverLimit(resp, d, h)
 	}
-	resp.ResponseHeadersToAdd = hs
+	resp.ResponseHeadersToAdd = h.list
+}
+
+// addOverLimit adds Retry-After and, with Options.RawBody, the raw body and
+// its Content-Type, to the response to an OVER_LIMIT decision.
+func (s *Service) addOverLimit(resp *rlsv3.RateLimitResponse, d *ratelimit.Decision, h *headerList) {
+	secs := max(ceilSeconds(d.RetryAfter), 1)
+	h.add("Retry-After", strconv.FormatInt(secs, 10))
+	if !s.opts.RawBody {
+		return
+	}
+	if d.ExceedsLimit {
+		// No wait will admit this request: say so to the client.
+		resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d,"exceeds_limit":true}`, secs)
+	} else {
+		resp.RawBody = fmt.Appendf(nil, `{"error":"rate_limited","retry_after_seconds":%d}`, secs)
+	}
+	h.add("Content-Type", "application/json")
 }
 
 // policy is the RateLimit-Policy value: one item per distinct counted limit
 // that is not in shadow mode (every limit of a rule's rate_limits), in
-// descriptor and config order.
+// descriptor and config order. A single item is the cached text itself.
 func (s *Service) policy(d *ratelimit.Decision) string {
-	var items []string
+	var room [4]string
+	items := room[:0]
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if !st.Counted() || st.Shadow {

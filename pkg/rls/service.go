@@ -211,7 +211,7 @@ func validateOverride(o *rlcommon.RateLimitDescriptor_RateLimitOverride) error {
 
 // response renders d as Envoy's RateLimitResponse.
 func (s *Service) response(d *ratelimit.Decision) *rlsv3.RateLimitResponse {
-	resp := newResponse(len(d.Statuses))
+	resp, m := newResponse(len(d.Statuses), s.opts.Headers != 0)
 	resp.OverallCode = code(d.Code)
 	for i := range d.Statuses {
 		st, ps := &d.Statuses[i], resp.Statuses[i]
@@ -222,39 +222,64 @@ func (s *Service) response(d *ratelimit.Decision) *rlsv3.RateLimitResponse {
 		ps.CurrentLimit = s.texts.get(d.Config, st.Override, st.Name, st.Limit).current
 		if d.FailureMode == descriptors.FailureModeUnset {
 			ps.LimitRemaining = uint32(min(st.Result.Remaining, math.MaxUint32))
-			ps.DurationUntilReset = durationpb.New(st.Result.ResetAfter)
+			ps.DurationUntilReset = setDuration(&m.resets[i], st.Result.ResetAfter)
 		}
 	}
-	s.addHeaders(resp, d)
+	s.addHeaders(resp, d, m.headers)
 	if s.opts.DynamicMetadata && d.Code == ratelimit.OK {
 		resp.DynamicMetadata = dynamicMetadata(d.Metadata())
 	}
 	return resp
 }
 
-// oneStatus is a response with one status, in one allocation: most calls
-// carry a single descriptor.
-type oneStatus struct {
-	resp rlsv3.RateLimitResponse
-	ptr  [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	st   rlsv3.RateLimitResponse_DescriptorStatus
+// responseMemory is what a response points to beside its statuses: one
+// duration_until_reset per status and the response headers.
+type responseMemory struct {
+	resets  []durationpb.Duration
+	headers *headerList // nil when no header set is on
 }
 
-// newResponse returns an empty response with n empty statuses, in as few
-// allocations as it can: one for n = 1, else three.
-func newResponse(n int) *rlsv3.RateLimitResponse {
+// oneStatus is a response with one status, its duration_until_reset and
+// its headers, in one allocation: most calls carry a single descriptor.
+type oneStatus struct {
+	resp    rlsv3.RateLimitResponse
+	ptr     [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	st      rlsv3.RateLimitResponse_DescriptorStatus
+	reset   [1]durationpb.Duration
+	headers headerList
+}
+
+// newResponse returns an empty response with n empty statuses, and the
+// memory the statuses' durations and, withHeaders, the headers may use,
+// in as few allocations as it can: one for n = 1, else four.
+func newResponse(n int, withHeaders bool) (*rlsv3.RateLimitResponse, responseMemory) {
 	if n == 1 {
 		b := new(oneStatus)
 		b.ptr[0] = &b.st
 		b.resp.Statuses = b.ptr[:]
-		return &b.resp
+		m := responseMemory{resets: b.reset[:]}
+		if withHeaders {
+			m.headers = &b.headers
+		}
+		return &b.resp, m
 	}
 	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	block := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
 	for i := range block {
 		resp.Statuses[i] = &block[i]
 	}
-	return resp
+	m := responseMemory{resets: make([]durationpb.Duration, n)}
+	if withHeaders {
+		m.headers = new(headerList)
+	}
+	return resp, m
+}
+
+// setDuration sets dp to d, as durationpb.New does, and returns it.
+func setDuration(dp *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	nanos := d.Nanoseconds()
+	dp.Seconds, dp.Nanos = nanos/1e9, int32(nanos%1e9)
+	return dp
 }
 
 func code(c ratelimit.Code) rlsv3.RateLimitResponse_Code {
