@@ -37,7 +37,11 @@ func counterKey(domain string, entries []descriptors.Entry, rule *descriptors.Ru
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 22
 	}
-	buf := make([]byte, 0, n)
+	var room [160]byte // most keys fit: then the string is their one allocation
+	buf := room[:0]
+	if n > len(room) {
+		buf = make([]byte, 0, n)
+	}
 	buf = appendPart(buf, domain)
 	for i, e := range entries {
 		v, tag := e.Value, byte(tagEntry)
