@@ -24,6 +24,11 @@ type Request struct {
 	// end that pools its requests passes the buffer of its pool, and must not
 	// reuse it while it still reads the Decision.
 	StatusBuffer []Status
+	// LimitBuffer is optional memory for the Limits of every Status, as
+	// StatusBuffer is for Statuses: when its capacity is at least the
+	// limits the request's descriptors count, Decide clears and uses it,
+	// and the Statuses' Limits alias it.
+	LimitBuffer []LimitStatus
 }
 
 // Descriptor is one request descriptor (RateLimitDescriptor).

@@ -61,7 +61,8 @@ func resolve(d *Decision, req *Request) error {
 
 // limitStatuses matches every descriptor's rule and returns one slice with
 // room for the LimitStatus of every limit the descriptors may count, so
-// that a request allocates them at once.
+// that a request allocates them at once (none when req.LimitBuffer has the
+// room).
 func limitStatuses(d *Decision, req *Request) []LimitStatus {
 	n := 0
 	for i := range req.Descriptors {
@@ -76,6 +77,11 @@ func limitStatuses(d *Decision, req *Request) []LimitStatus {
 	}
 	if n == 0 {
 		return nil
+	}
+	if cap(req.LimitBuffer) >= n {
+		ls := req.LimitBuffer[:n]
+		clear(ls)
+		return ls
 	}
 	return make([]LimitStatus, n)
 }

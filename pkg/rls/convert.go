@@ -16,8 +16,14 @@ type converter struct {
 	descs     []ratelimit.Descriptor
 	entries   []descriptors.Entry
 	overrides []ratelimit.Override
-	statuses  []ratelimit.Status // the Decision's statuses (Request.StatusBuffer)
+	statuses  []ratelimit.Status      // the Decision's statuses (Request.StatusBuffer)
+	limits    []ratelimit.LimitStatus // their limits (Request.LimitBuffer)
 }
+
+// limitsPerDescriptor is the room for limits the converter gives each
+// descriptor: a rule's rate_limits may count more, which Decide then
+// allocates.
+const limitsPerDescriptor = 2
 
 // convert fills r from a validated RateLimitRequest and returns it. The
 // Request shares r's memory and the proto's strings: it is valid until reset.
@@ -55,7 +61,9 @@ func (r *converter) convert(in *rlsv3.RateLimitRequest) *ratelimit.Request {
 		}
 	}
 	r.statuses = slices.Grow(r.statuses[:0], len(ds))
-	r.req = ratelimit.Request{Domain: in.GetDomain(), Descriptors: r.descs, HitsAddend: uint64(in.GetHitsAddend()), StatusBuffer: r.statuses}
+	r.limits = slices.Grow(r.limits[:0], limitsPerDescriptor*len(ds))
+	r.req = ratelimit.Request{Domain: in.GetDomain(), Descriptors: r.descs, HitsAddend: uint64(in.GetHitsAddend()),
+		StatusBuffer: r.statuses, LimitBuffer: r.limits}
 	return &r.req
 }
 
@@ -65,5 +73,6 @@ func (r *converter) reset() {
 	clear(r.entries)
 	clear(r.descs)
 	clear(r.statuses[:cap(r.statuses)])
+	clear(r.limits[:cap(r.limits)])
 	r.req = ratelimit.Request{}
 }
