@@ -71,15 +71,16 @@ func TestRuleLabel(t *testing.T) {
 		entries []string
 		want    string // ruleLabel: the key path
 		metric  string // metricRule: the name when there is one
+		fixed   bool   // metricRule: the label holds no request value
 	}{
 		// A named limit is labelled by its name in Sluice's metrics, by its
 		// key path in the peer's; detailed_metric and value_to_metric ask
 		// for values and win.
-		{[]string{"api_key", "secret"}, "api_key", "per_key"},
-		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search", "search"},
-		{[]string{"files", "files/a"}, "files_files/*", "files_files/*"},
-		{[]string{"detailed", "x"}, "detailed_x", "detailed_x"},
-		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op", "tenant_acme.op"},
+		{[]string{"api_key", "secret"}, "api_key", "per_key", true},
+		{[]string{"api_key", "secret", "route", "search"}, "api_key.route_search", "search", true},
+		{[]string{"files", "files/a"}, "files_files/*", "files_files/*", true},
+		{[]string{"detailed", "x"}, "detailed_x", "detailed_x", false},
+		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op", "tenant_acme.op", false},
 	} {
 		var es []descriptors.Entry
 		for i := 0; i+1 < len(tc.entries); i += 2 {
@@ -89,8 +90,8 @@ func TestRuleLabel(t *testing.T) {
 		if got := ruleLabel("test", &st, es); got != tc.want {
 			t.Errorf("ruleLabel(%v) = %q, want %q", tc.entries, got, tc.want)
 		}
-		if got := metricRule("test", &st, st.Rule.Limit, es); got != tc.metric {
-			t.Errorf("metricRule(%v) = %q, want %q", tc.entries, got, tc.metric)
+		if got, fixed := metricRule("test", &st, st.Rule.Limit, es); got != tc.metric || fixed != tc.fixed {
+			t.Errorf("metricRule(%v) = %q, %v; want %q, %v", tc.entries, got, fixed, tc.metric, tc.fixed)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +35,32 @@ type Metrics struct {
 	failureAnswers  *prometheus.CounterVec
 	storeCalls      *prometheus.CounterVec
 	storeLatency    prometheus.Histogram
+	storeOK         func() prometheus.Counter // storeCalls{result="ok"}, looked up once
+
+	// rules caches the hit counters of the rule labels that come from the
+	// config (not from request values), so that a decision does not look
+	// them up in their vectors (hashing and comparing the labels) each time.
+	mu    sync.RWMutex
+	rules map[ruleKey]*ruleCounters
 }
+
+// The hit counters of one rule, indexes into ruleCounters.
+const (
+	hitsTotal = iota
+	hitsWithin
+	hitsNear
+	hitsShadowOver
+	hitsOver
+	hitsCounters
+)
+
+// ruleKey is the labels of the hit counters of one rule.
+type ruleKey struct{ domain, rule string }
+
+// ruleCounters are the hit counters of one rule, each looked up in its
+// vector when first counted (its series appears then, as without the
+// cache) and kept.
+type ruleCounters [hitsCounters]atomic.Pointer[prometheus.Counter]
 
 // LatencyBuckets are the histogram buckets, in seconds, of Sluice's latency
 // metrics: from 100 us to 100 ms, around Envoy's 20 ms filter timeout.
@@ -63,6 +90,8 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_store_call_duration_seconds",
 			Help: "Latency of store calls.", Buckets: LatencyBuckets}),
 	}
+	m.rules = make(map[ruleKey]*ruleCounters)
+	m.storeOK = sync.OnceValue(func() prometheus.Counter { return m.storeCalls.WithLabelValues("ok") })
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowOverLimit,
 		m.failureAnswers, m.storeCalls, m.storeLatency} {
 		if err := reg.Register(c); err != nil {
@@ -76,16 +105,17 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 // rate_limit.name when it has one and neither detailed_metric nor
 // value_to_metric asks for the values, else ruleLabel (followed, for a rule
 // with several limits, by descriptors.Rule.LimitSuffix of l).  l is the
-// limit counted, one of st.Limits.
-func metricRule(domain string, st *Status, l *descriptors.Limit, entries []descriptors.Entry) string {
-	if r := st.Rule; r != nil && l.Name != "" && !r.DetailedMetric &&
-		!slices.ContainsFunc(r.Lineage, func(n *descriptors.Rule) bool { return n.ValueToMetric }) {
-		return l.Name
+// limit counted, one of st.Limits. fixed reports a label that request
+// values do not change.
+func metricRule(domain string, st *Status, l *descriptors.Limit, entries []descriptors.Entry) (rule string, fixed bool) {
+	valued := st.Rule != nil && (st.Rule.DetailedMetric || slices.ContainsFunc(st.Rule.Lineage, func(n *descriptors.Rule) bool { return n.ValueToMetric }))
+	if r := st.Rule; r != nil && l.Name != "" && !valued {
+		return l.Name, true
 	}
 	if r := st.Rule; r != nil && len(st.Limits) > 1 {
-		return ruleLabel(domain, st, entries) + r.LimitSuffix(l)
+		return ruleLabel(domain, st, entries) + r.LimitSuffix(l), !valued
 	}
-	return ruleLabel(domain, st, entries)
+	return ruleLabel(domain, st, entries), !valued
 }
 
 // ruleLabel is the key path of a counted descriptor's rule, as
@@ -133,37 +163,80 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 	}
 	for i := range st.Limits {
 		ls := &st.Limits[i]
-		m.observe(dom.Name, metricRule(dom.Name, st, ls.Limit, entries), st.Hits, ls.Result.Allowed, st.Shadow,
-			ls.Result.Remaining, uint64(ls.Limit.RequestsPerUnit))
+		rule, fixed := metricRule(dom.Name, st, ls.Limit, entries)
+		m.observe(dom.Name, rule, fixed, st.Hits, ls.Result.Allowed, st.Shadow, ls.Result.Remaining, uint64(ls.Limit.RequestsPerUnit))
 	}
 }
 
-// observe records one counted descriptor's outcome.
-func (m *Metrics) observe(domain, rule string, hits uint64, allowed, shadow bool, remaining, limit uint64) {
+// observe records one counted descriptor's outcome. fixed says that rule
+// comes from the config: its counters are cached.
+func (m *Metrics) observe(domain, rule string, fixed bool, hits uint64, allowed, shadow bool, remaining, limit uint64) {
+	var rc *ruleCounters
+	if fixed {
+		rc = m.countersOf(domain, rule)
+	}
 	n := float64(hits)
-	m.totalHits.WithLabelValues(domain, rule).Add(n)
+	m.counter(rc, hitsTotal, domain, rule).Add(n)
 	switch {
 	case allowed:
-		m.withinLimit.WithLabelValues(domain, rule).Add(n)
+		m.counter(rc, hitsWithin, domain, rule).Add(n)
 		if limit > 0 && float64(limit-min(remaining, limit)) > m.nearRatio*float64(limit) {
-			m.nearLimit.WithLabelValues(domain, rule).Add(n)
+			m.counter(rc, hitsNear, domain, rule).Add(n)
 		}
 	case shadow:
-		m.shadowOverLimit.WithLabelValues(domain, rule).Add(n)
+		m.counter(rc, hitsShadowOver, domain, rule).Add(n)
 	default:
-		m.overLimit.WithLabelValues(domain, rule).Add(n)
+		m.counter(rc, hitsOver, domain, rule).Add(n)
 	}
+}
+
+// countersOf returns the cached counters of domain and rule, adding them.
+func (m *Metrics) countersOf(domain, rule string) *ruleCounters {
+	k := ruleKey{domain, rule}
+	m.mu.RLock()
+	rc := m.rules[k]
+	m.mu.RUnlock()
+	if rc != nil {
+		return rc
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rc = m.rules[k]; rc == nil {
+		rc = new(ruleCounters)
+		m.rules[k] = rc
+	}
+	return rc
+}
+
+// counter returns hit counter i of domain and rule, from rc when not nil
+// (looking it up and keeping it there the first time).
+func (m *Metrics) counter(rc *ruleCounters, i int, domain, rule string) prometheus.Counter {
+	if rc != nil {
+		if c := rc[i].Load(); c != nil {
+			return *c
+		}
+	}
+	c := m.vec(i).WithLabelValues(domain, rule)
+	if rc != nil {
+		rc[i].Store(&c)
+	}
+	return c
+}
+
+// vec is the vector of hit counter i.
+func (m *Metrics) vec(i int) *prometheus.CounterVec {
+	return [hitsCounters]*prometheus.CounterVec{m.totalHits, m.withinLimit, m.nearLimit, m.shadowOverLimit, m.overLimit}[i]
 }
 
 func (m *Metrics) observeStore(d time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	result := "ok"
 	if err != nil {
-		result = "error"
+		m.storeCalls.WithLabelValues("error").Inc()
+	} else {
+		m.storeOK().Inc()
 	}
-	m.storeCalls.WithLabelValues(result).Inc()
 	m.storeLatency.Observe(d.Seconds())
 }
 

@@ -117,7 +117,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	start := time.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.observeRequest(time.Since(start), status.Code(err).String())
+		s.opts.Metrics.observeRequest(time.Since(start), status.Code(err))
 	}
 	return resp, err
 }
