@@ -17,8 +17,8 @@ import (
 
 // redisCost replays requests of one limit through the Redis store for every
 // variant, on a simulated clock, and prints the script's CPU per decision
-// (INFO commandstats: evalsha usec per call, which is Redis's own time for
-// the script) and the memory of a counter (MEMORY USAGE, averaged over the
+// (INFO commandstats: fcall usec per call, or evalsha's where FUNCTION is
+// refused, which is Redis's own time for the script) and the memory of a counter (MEMORY USAGE, averaged over the
 // keys the replay left).
 func redisCost(w io.Writer, addr string, l limiter.Limit, vs []accuracy.Variant, keys, perKey int) error {
 	ctx := context.Background()
@@ -47,7 +47,10 @@ func redisCost(w io.Writer, addr string, l limiter.Limit, vs []accuracy.Variant,
 		if err != nil {
 			return err
 		}
-		usec := statField(info, "cmdstat_evalsha", "usec_per_call")
+		usec := statField(info, "cmdstat_fcall", "usec_per_call")
+		if usec == "?" {
+			usec = statField(info, "cmdstat_evalsha", "usec_per_call")
+		}
 		var mem, n int64
 		iter := c.Scan(ctx, 0, "acc:"+strings.ReplaceAll(v.Name, " ", "")+":*", 1000).Iterator()
 		for iter.Next(ctx) {
