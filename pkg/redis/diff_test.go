@@ -96,8 +96,8 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 // parsePacked reads the packed string of a sliding window of n sub-windows
 // (limiter.lua): n slots of w bytes, slot i the count of sub-window at - i,
 // then the head: the sub-window at, the total, at's count, w and a salt
-// byte. It checks the layout, that w is the narrowest that holds every slot
-// and that the total is the sum. A stored string is never stale (the script
+// byte. It checks the layout, that w holds every slot and that the total is
+// the sum. A stored string is never stale (the script
 // writes only what it rebuilt at its sub-window).
 func parsePacked(v string, n int64) (limiter.State, error) {
 	if len(v) < 26 {
@@ -131,16 +131,17 @@ func parsePacked(v string, n int64) (limiter.State, error) {
 		st.Slots[int(n)-1-i] = c
 		sum, widest = sum+c, max(widest, c)
 	}
-	if need := map[bool]int{true: 1, false: 2}[widest < 256]; widest >= 65536 {
+	need := 8
+	switch {
+	case widest < 1<<8:
+		need = 1
+	case widest < 1<<16:
+		need = 2
+	case widest < 1<<32:
 		need = 4
-		if widest >= 1<<32 {
-			need = 8
-		}
-		if w != need {
-			return limiter.State{}, fmt.Errorf("width %d for a largest slot of %d", w, widest)
-		}
-	} else if w != need {
-		return limiter.State{}, fmt.Errorf("width %d for a largest slot of %d", w, widest)
+	}
+	if w < need {
+		return limiter.State{}, fmt.Errorf("width %d cannot hold a slot of %d", w, widest)
 	}
 	if sum != total {
 		return limiter.State{}, fmt.Errorf("total %d, slots sum to %d", total, sum)

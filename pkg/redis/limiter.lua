@@ -321,7 +321,9 @@ end
 -- (1, 2 or 4: an unsigned integer, little-endian; 8: a double), then the
 -- head '<dddBB': at (the sub-window of the state, s1), the total of all
 -- counts (s2), cur (the count of sub-window at, which may be 0), W and a
--- salt byte. W is the fewest bytes that hold every slot's count. In memory
+-- salt byte. W holds every slot's count: 1 for a new string, wider when a
+-- count that moves into the slots needs it, narrowest again when a rare
+-- path (undo, widening) rebuilds the string whole. In memory
 -- s3 is that string; after a roll its head may be stale (at0 < at, d = at -
 -- at0 <= N): its slots and cur then describe sub-windows at0 - N .. at0,
 -- of which those older than at - N (slots N - d + 1 .. N) left the estimate

@@ -592,3 +592,47 @@ func TestTTLEveryAlgorithm(t *testing.T) {
 		}
 	}
 }
+
+// TestSubWindowSlotsWiden drives one sub-window counter through counts that
+// need 1, 2, 4 and 8 bytes a slot (limiter.lua's sliding_window section):
+// each count moves into the slots a sub-window later, the string widens to
+// hold it, and the total, the Result and the stored slots stay exact.
+func TestSubWindowSlotsWiden(t *testing.T) {
+	var now atomic.Int64
+	now.Store(1_767_225_600_000)
+	s, c := newTestStore(t, Options{Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+	l := limiter.Limit{Requests: 1 << 50, Window: 5 * time.Second, SubWindows: 5}
+	h := limiter.Hit{Key: "wide", Limit: l}
+	id := idOf(h)
+	var total uint64
+	for i, hits := range []uint64{200, 300, 70_000, 5_000_000_000, 1} {
+		h.Hits = hits
+		r, err := s.Apply(context.Background(), []limiter.Hit{h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += hits
+		if !r[0].Allowed || r[0].Remaining != l.Requests-total {
+			t.Fatalf("step %d: %+v, want allowed with %d remaining", i, r[0], l.Requests-total)
+		}
+		st, ok := readState(t, c, s.prefix, id)
+		if !ok {
+			t.Fatalf("step %d: no counter", i)
+		}
+		var sum int64
+		for _, n := range st.Slots {
+			sum += n
+		}
+		if sum != int64(total) || st.Slots[len(st.Slots)-1] != int64(hits) {
+			t.Fatalf("step %d: slots %v, want %d in all and %d now", i, st.Slots, total, hits)
+		}
+		now.Add(1000) // the next sub-window: this count moves into slot 1
+	}
+	v, err := c.Get(context.Background(), counterKey(s.prefix, h)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := v[len(v)-2]; w != 8 || len(v) != 5*8+26 {
+		t.Errorf("width %d, %d bytes: want 8-byte slots after a count of 5e9", w, len(v))
+	}
+}
