@@ -281,14 +281,6 @@ func decode(reply any, es []*entry) error {
 // the next, one script call per slot, all of them in one pipeline. With no
 // call in flight a decision goes at once, alone: batching adds no wait, it
 // only takes what the round trip would have made wait anyway.
-//
-// A call is made by the goroutine of its batch's first decision, in wait
-// (its leader), which then hands the batch queued meanwhile to that batch's
-// first decision: no goroutine is started per call, and a decision alone
-// on an idle node makes its own call without waking another goroutine.
-// Since the queue is in submission order and every submitted decision is
-// waited for, a goroutine that waits for several decisions in order (Store's
-// settle) leads a batch only once it has waited for every earlier one.
 type node struct {
 	c      scriptClient
 	gate   *gate
@@ -299,7 +291,7 @@ type node struct {
 
 	mu     sync.Mutex
 	queue  []*pending
-	active int // calls in flight, or handed to a leader that will make them
+	active int // calls in flight
 }
 
 // pending is one entry waiting for its call.
@@ -310,8 +302,6 @@ type pending struct {
 	state atomic.Int32 // stateQueued, stateSent, stateLeft
 	done  chan struct{}
 	err   error
-	n     *node      // its node, for a leader
-	lead  []*pending // set before done is signalled: p's waiter makes this batch's call
 }
 
 const (
@@ -323,10 +313,10 @@ const (
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
 // submit queues e (of slot) for the node's next call and returns its
-// pending, which wait ends. The caller must wait for it.
+// pending, which wait ends.
 func (n *node) submit(ctx context.Context, e *entry, slot int) *pending {
 	p := pendingPool.Get().(*pending)
-	p.e, p.slot, p.ctx, p.err, p.n = e, slot, ctx, nil, n
+	p.e, p.slot, p.ctx, p.err = e, slot, ctx, nil
 	p.state.Store(stateQueued)
 	n.mu.Lock()
 	n.queue = append(n.queue, p)
@@ -337,46 +327,30 @@ func (n *node) submit(ctx context.Context, e *entry, slot int) *pending {
 	}
 	n.mu.Unlock()
 	if batch != nil {
-		handOff(batch)
+		go n.flush(batch)
 	}
 	return p
 }
 
-// handOff makes the waiter of batch's first decision its leader.
-func handOff(batch []*pending) {
-	l := batch[0]
-	l.lead = batch
-	l.done <- struct{}{}
-}
-
 // wait waits for p's call, or for ctx to end: a decision that leaves
-// before its call was sent is never sent. When p leads its batch, wait
-// makes the call first (lead). It recycles p.
+// before its call was sent is never sent. It recycles p.
 func (p *pending) wait(ctx context.Context) error {
-	left := false
+	var err error
 	select {
 	case <-p.done:
+		err = p.err
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(stateQueued, stateLeft) {
 			// Never sent; the take that meets it drops and recycles it.
 			return fmt.Errorf("%w: waited for a call to redis until the deadline: %w", errShed, ctx.Err())
 		}
-		left = true
-		<-p.done // sent: its call ends by its batch's deadline
+		<-p.done // sent: its call ends by its own deadline, which is at most ctx's
+		err = p.err
+		if err == nil {
+			err = fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, ctx.Err())
+		}
 	}
-	if batch := p.lead; batch != nil {
-		// A leader whose ctx has ended still makes the call (its batch
-		// waits for it), and answers as one that left after it was sent.
-		left = left || ctx.Err() != nil
-		p.lead = nil
-		p.n.lead(batch) // finishes p too
-		<-p.done
-	}
-	err := p.err
-	if left && err == nil {
-		err = fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, ctx.Err())
-	}
-	p.e, p.ctx, p.n = nil, nil, nil
+	p.e, p.ctx = nil, nil
 	pendingPool.Put(p)
 	return err
 }
@@ -399,7 +373,7 @@ func (n *node) take() []*pending {
 			batch = append(batch, p)
 		} else {
 			// Its waiter left: nobody else holds it.
-			p.e, p.ctx, p.n = nil, nil, nil
+			p.e, p.ctx = nil, nil
 			pendingPool.Put(p)
 		}
 	}
@@ -409,18 +383,17 @@ func (n *node) take() []*pending {
 	return batch
 }
 
-// lead sends batch, then hands the batch queued meanwhile, if any, to its
-// leader; with none queued the call's slot is free again.
-func (n *node) lead(batch []*pending) {
-	n.send(batch)
-	n.mu.Lock()
-	next := n.take()
-	if len(next) == 0 {
-		n.active--
-	}
-	n.mu.Unlock()
-	if len(next) > 0 {
-		handOff(next)
+// flush sends batch, then every batch queued meanwhile, until the queue is
+// empty.
+func (n *node) flush(batch []*pending) {
+	for len(batch) > 0 {
+		n.send(batch)
+		n.mu.Lock()
+		batch = n.take()
+		if len(batch) == 0 {
+			n.active--
+		}
+		n.mu.Unlock()
 	}
 }
 

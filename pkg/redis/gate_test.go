@@ -61,7 +61,7 @@ func TestShedBeforeRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := scriptCalls(t, srv.Addr())
-	// The first decision's call may still be under way (slow under -race):
+	// The first decision's flush may still be looping (slow under -race):
 	// wait until no call is in flight, so that each of the 2 calls the node
 	// allows starts with one decision and the rest queue behind them.
 	for !s.node.idle() {
