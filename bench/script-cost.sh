@@ -33,6 +33,5 @@ callgrind_control -i on "$vg" >/dev/null
 bench "$CALLS"
 callgrind_control -d "$vg" >/dev/null
 callgrind_control -i off "$vg" >/dev/null
-ls -la "$tmp" >&2; grep -H -E "^(summary|totals|events):" "$tmp"/cg.out* >&2
 ir=$(cat "$tmp"/cg.out* | awk '/^summary:/ {s += $2} END {print s}')
 echo "$((ir / (CALLS * BATCH))) instructions per decision ($CALLS calls of $BATCH requests of $HITS descriptors, $KEYS counters)"

@@ -74,6 +74,7 @@ type ruleKey struct{ domain, rule string }
 type ruleStats struct {
 	domain, rule string
 	hidden       bool // sensitive: no values recorded
+	values       bool // cur and prev exist (read without mu: set once, before rs is shared)
 
 	mu       sync.Mutex
 	ring     [ringSeconds]bucket
@@ -152,7 +153,7 @@ func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Stat
 	}
 	var buf [maxKeyBytes + 32]byte
 	var key []byte
-	if rs.cur != nil {
+	if rs.values {
 		key = valueKey(buf[:0], st.Rule, entries)
 	}
 	sec := r.opts.Now().Unix()
@@ -195,7 +196,7 @@ func (r *Recorder) rule(domain, rule string) *ruleStats {
 	rs = &ruleStats{domain: strings.Clone(domain), rule: strings.Clone(rule)}
 	rs.hidden = r.sensitive[domain] || r.sensitive[domain+"/"+rule]
 	if r.size > 0 && !rs.hidden {
-		rs.cur, rs.prev = newTopK(r.size), newTopK(r.size)
+		rs.cur, rs.prev, rs.values = newTopK(r.size), newTopK(r.size), true
 		rs.curStart = r.opts.Now().Unix()
 	}
 	r.rules[k] = rs

@@ -59,8 +59,8 @@ type Limit struct {
 // accuracy table of BENCHMARKS.md: the smallest N dividing a second that
 // admits at least 99% of what the exact sliding log admits on the issue's
 // trace (1000-odd sources at 100 per minute for 20 minutes), never admitting
-// more than the limit in any window; it costs about twice the
-// classic counter's Redis CPU per decision and at most N+2 hash fields per counter.
+// more than the limit in any window; in Redis a counter is one string of N
+// slots (1 byte each below 256 hits a sub-window) and a 26-byte head.
 const DefaultSubWindows = 50
 
 // MaxSubWindows is the largest SubWindows.
