@@ -144,20 +144,9 @@ local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}
 local ek, tu1, tu2, tg, out = {}, {}, {}, {}, {}
 local pidx, pnames = {}, {}
 
--- windex is floor(now / w), exact even when the double division rounds.
-local function windex(w)
-  local idx = floor(now / w)
-  local e = now - idx * w
-  if e < 0 then
-    return idx - 1
-  elseif e >= w then
-    return idx + 1
-  end
-  return idx
-end
-
 -- idiv is floor(a / b) for whole a >= 0 and b > 0 below 2^53, exact even
--- where the double division rounds (the Go twins divide in integers).
+-- where the double division rounds (the Go twins divide in integers). The
+-- window index of a clock is idiv(now, w).
 local function idiv(a, b)
   local q = floor(a / b)
   local r = a - q * b
@@ -216,7 +205,7 @@ end
 -- roll: a state stored in a later window than now's (a failover to a host
 -- whose clock is behind) is kept, seen from the start of its window.
 local function swRoll(i, c, p, w)
-  local idx = windex(w)
+  local idx = idiv(now, w)
   if i == idx or (i > idx and (c ~= 0 or p ~= 0)) then
     return i, c, p
   elseif i == idx - 1 then
@@ -344,7 +333,8 @@ local SUBR = { [1] = '<B', [2] = '<H', [4] = '<I4', [8] = '<d' }
 local SUBW = { [1] = 'B', [2] = 'H', [4] = 'I4', [8] = 'd' }
 
 -- salt is the last byte of the next string written; SUBZERO is zero bytes
--- to copy empty slots from; SUBFMT caches pack formats.
+-- to copy empty slots from (made by run with its bindings); SUBFMT caches
+-- pack formats.
 local salt, SUBZERO, SUBFMT = 0, nil, {}
 
 -- subWidth is W for a largest count c.
@@ -414,7 +404,7 @@ end
 -- roll moves the state to sub-window j: the total loses the slots that
 -- left the estimate (older than j - N); the string stays as it is.
 local function subRoll(at, total, v, w, N)
-  local j = windex(w / N)
+  local j = idiv(now, w / N)
   if at == j or (at > j and total ~= 0) then
     return at, total, v
   elseif total == 0 or at > j or j - at > N then
@@ -538,7 +528,6 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   end
   salt = (salt + 1) % 256
   if v == '' then
-    SUBZERO = SUBZERO or string.rep('\0', 8 * 64)
     return at, t, spack(subSame(1, N), SUBZERO, at, t, c, 1, salt), at, c - cur
   elseif at0 == at then
     return at, t, spack(subSame(W, N), v, at, t, c, W, salt), at, c - cur
@@ -552,7 +541,6 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   if d == 1 then
     return at, t, spack(f, cur0, v, at, t, c, W, salt), at, c - cur
   end
-  SUBZERO = SUBZERO or string.rep('\0', 8 * 64)
   if d < N then
     return at, t, spack(f, SUBZERO, cur0, v, at, t, c, W, salt), at, c - cur
   end
@@ -768,7 +756,7 @@ end
 -- window index, and c, the count (sliding_window's layout without p).
 
 local function fixedRoll(i, c, _, w)
-  local idx = windex(w)
+  local idx = idiv(now, w)
   if i == idx or (i > idx and c ~= 0) then
     return i, c, 0
   end
@@ -1028,6 +1016,7 @@ local function run(KEYS, ARGV)
   if not spack then
     spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
     fmt, sub, byte = string.format, string.sub, string.byte
+    SUBZERO = string.rep('\0', 8 * 64)
   end
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
