@@ -41,18 +41,26 @@ func hammer(t *testing.T, stores []*Store, callers int, hits []limiter.Hit, d ti
 	return nd.Load(), na.Load()
 }
 
-// TestLeaseHotKey: 2 Stores x 32 callers on one counter that never fills.
-// Once the key is hot (after a whole second above LeaseRate), the Stores
-// spend leased permits: well under 0.05 script calls per decision. The
-// counter in Redis holds every admitted request and the unspent permits;
-// after Close gives those back, exactly the admitted requests.
-func TestLeaseHotKey(t *testing.T) {
+// leaseStores starts a Redis of the test's own and two Stores on it under
+// one prefix that lease from 100 decisions a second.
+func leaseStores(t *testing.T) (*redistest.Server, string, []*Store) {
+	t.Helper()
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t.Name())
 	var stores []*Store
 	for range 2 {
 		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
 	}
+	return srv, prefix, stores
+}
+
+// TestLeaseHotKey: 2 Stores x 32 callers on one counter that never fills.
+// Once the key is hot (after a whole second above LeaseRate), the Stores
+// spend leased permits: well under 0.05 script calls per decision. The
+// counter in Redis holds every admitted request and the unspent permits;
+// after Close gives those back, exactly the admitted requests.
+func TestLeaseHotKey(t *testing.T) {
+	srv, prefix, stores := leaseStores(t)
 	h := limiter.Hit{Key: "hot", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 6}, Hits: 1}
 	warmDecisions, warmAdmitted := hammer(t, stores, 32, []limiter.Hit{h}, 1500*time.Millisecond)
 	c0 := scriptCalls(t, srv.Addr())
@@ -80,12 +88,7 @@ func TestLeaseHotKey(t *testing.T) {
 // admits no more than the limit in any window, leases and all, and the
 // permits a Store holds unspent (the unfairness leases cost) are reported.
 func TestLeaseLimit(t *testing.T) {
-	srv := redistest.Start(t)
-	prefix := redistest.Prefix(t.Name())
-	var stores []*Store
-	for range 2 {
-		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
-	}
+	_, _, stores := leaseStores(t)
 	const limit = 20000
 	h := limiter.Hit{Key: "fills", Limit: limiter.Limit{Requests: limit, Window: time.Minute}, Hits: 1}
 	// A sliding window of one sub-window admits more after a minute starts
@@ -117,12 +120,7 @@ func TestLeaseLimit(t *testing.T) {
 // a second long, ends): then it holds none, and after Close the counter
 // holds exactly the admitted requests.
 func TestLeaseUnfairness(t *testing.T) {
-	srv := redistest.Start(t)
-	prefix := redistest.Prefix(t.Name())
-	var stores []*Store
-	for range 2 {
-		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
-	}
+	srv, prefix, stores := leaseStores(t)
 	h := limiter.Hit{Key: "shared", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 60}, Hits: 1}
 	var quietDecisions, quietAdmitted int64
 	var held uint64
