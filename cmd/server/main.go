@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -124,25 +125,41 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 
 // checkUsage is the help of the check subcommand.
 const checkUsage = `usage: sluice check PATH...
+       sluice check --config-tree [--config-dotfiles] DIR...
 
 Loads the descriptor configs at each PATH (a YAML file, or a directory of
-*.yaml and *.yml files) as the server would, prints every error as
-file:line:col: path: message and every warning, and exits 1 if there was an
-error, 0 if not (2 on bad usage). It needs no Redis and binds no port.
+*.yaml and *.yml files; with --config-tree every file below the directory,
+as the server's --config-tree loads it) as the server would, prints every
+error as file:line:col: path: message and every warning, and exits 1 if
+there was an error, 0 if not (2 on bad usage). It needs no Redis and binds
+no port.
 `
 
-// check validates the configs at paths, prints every error and warning, and
-// returns 1 if any error was found.
-func check(paths []string, stdout, stderr io.Writer) int {
-	if len(paths) == 1 && (paths[0] == "-h" || paths[0] == "--help" || paths[0] == "-help") {
-		fmt.Fprint(stdout, checkUsage)
-		return 0
+// check validates the configs at args' paths, selected as its flags say,
+// prints every error and warning, and returns the exit code.
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	tree := fs.Bool("config-tree", false, "")
+	dotfiles := fs.Bool("config-dotfiles", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, checkUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "sluice check: %v\n%s", err, checkUsage)
+		return 2
 	}
+	paths := fs.Args()
 	if len(paths) == 0 {
 		fmt.Fprint(stderr, checkUsage)
 		return 2
 	}
-	cfg, err := descriptors.Load(paths...)
+	sel := descriptors.YAMLFiles
+	if *tree {
+		sel = descriptors.Selection{Recursive: true, Dotfiles: *dotfiles}
+	}
+	cfg, err := sel.Load(paths...)
 	if err != nil {
 		for _, e := range unjoin(err) {
 			fmt.Fprintf(stderr, "%v\n", e)
