@@ -314,7 +314,13 @@ func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
 		{"sub_windows", state(b, rl.SubWindows, path+".sub_windows"), rl.SubWindows.KeyPos},
 		{"overdraw", state(b, rl.Overdraw, path+".overdraw"), rl.Overdraw.KeyPos},
 	} {
-		if f.state == FieldSet {
+		switch {
+		case f.state != FieldSet:
+		case f.key == "requests_per_unit" || f.key == "unit_multiplier":
+			// envoyproxy/ratelimit loads these beside unlimited (it refuses
+			// only a unit), so a config it runs must load: only warn.
+			b.warnAt(f.pos, path+"."+f.key, "%s with unlimited: true has no effect (an unlimited limit counts nothing)", f.key)
+		default:
 			b.errorAt(f.pos, path+"."+f.key, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", f.key)
 		}
 	}
