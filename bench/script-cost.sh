@@ -8,7 +8,8 @@
 #
 # It warms KEYS (2000) counters up with WARM (20000) calls, uncounted, then
 # counts CALLS (400) calls of BATCH (12) decisions. Environment: KEYS, WARM,
-# CALLS, BATCH, HITS (descriptors per request: 1), REDIS_SERVER
+# CALLS, BATCH, HITS (descriptors per request: 1), ALG (sliding_window),
+# REDIS_SERVER
 # (redis-server; a build with symbols names the functions: KEEP=1 keeps
 # the callgrind output for callgrind_annotate).
 # Needs go, redis-server, valgrind.
@@ -25,7 +26,7 @@ trap 'kill $vg 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 go test -c -o "$tmp/redis.test" ./pkg/redis
 bench() { # iterations
-	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH SLUICE_BENCH_HITS=$HITS \
+	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH SLUICE_BENCH_HITS=$HITS SLUICE_BENCH_ALG=${ALG:-} \
 		"$tmp/redis.test" -test.run '^$' -test.bench '^BenchmarkScriptSteady$' -test.benchtime "$1x" >/dev/null
 }
 bench "$WARM"

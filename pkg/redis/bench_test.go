@@ -206,7 +206,8 @@ var benchKeys = 20000
 // of SLUICE_BENCH_BATCH (12: what a call carries at 64 callers) requests of
 // SLUICE_BENCH_HITS (1) descriptors, on
 // SLUICE_BENCH_KEYS counters (10,000) in turn, of the default sliding window
-// (a minute, 50 sub-windows), on a clock of its own on which each counter is
+// (a minute, 50 sub-windows; SLUICE_BENCH_ALG names another algorithm of a
+// minute, e.g. fixed_window), on a clock of its own on which each counter is
 // hit every 625 ms (as at 16,000 decisions/s on 10,000 counters), so that
 // every counter holds a hit or two in each of its sub-windows. The clock is kept in Redis under the prefix, so that a run
 // with SLUICE_BENCH_PREFIX continues the last: warm the counters up with a
@@ -237,6 +238,16 @@ func BenchmarkScriptSteady(b *testing.B) {
 		start = time.Now().UnixMilli()
 	}
 	l := limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 50}
+	if v := os.Getenv("SLUICE_BENCH_ALG"); v != "" {
+		a, ok := limiter.ParseAlgorithm(v)
+		if !ok {
+			b.Fatalf("SLUICE_BENCH_ALG=%q: not an algorithm", v)
+		}
+		l.Algorithm = a
+		if a != limiter.SlidingWindow {
+			l.SubWindows = 0
+		}
+	}
 	n := 0
 	for b.Loop() {
 		ps := make([]*pending, batch)

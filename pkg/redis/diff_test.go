@@ -57,7 +57,20 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 			t.Fatalf("sub-window counter %s: %v", key, err)
 		}
 		return st, true
-	case id.alg == limiter.SlidingWindow || id.alg == limiter.FixedWindow:
+	case id.alg == limiter.FixedWindow:
+		v, err := c.Get(ctx, key).Result()
+		if errors.Is(err, goredis.Nil) {
+			return limiter.State{}, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := parseFixed(v)
+		if err != nil {
+			t.Fatalf("fixed-window counter %s: %v", key, err)
+		}
+		return st, true
+	case id.alg == limiter.SlidingWindow:
 		i, cur, prev, ok := readCounter(t, c, key)
 		return limiter.State{At: i, N1: cur, N2: prev}, ok
 	case id.alg == limiter.TokenBucket:
@@ -91,6 +104,22 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 	}
 	t.Fatalf("readState: no reader for algorithm %v", id.alg)
 	return limiter.State{}, false
+}
+
+// parseFixed reads a fixed window's string (limiter.lua): '<dd', the window
+// index and the count, both whole, the count more than 0 (an empty counter
+// is deleted).
+func parseFixed(v string) (limiter.State, error) {
+	if len(v) != 16 {
+		return limiter.State{}, fmt.Errorf("%d bytes: want 16", len(v))
+	}
+	le := binary.LittleEndian
+	i := math.Float64frombits(le.Uint64([]byte(v[:8])))
+	c := math.Float64frombits(le.Uint64([]byte(v[8:])))
+	if i != math.Trunc(i) || c != math.Trunc(c) || c <= 0 || c > limiter.MaxCount {
+		return limiter.State{}, fmt.Errorf("index %v, count %v: want whole numbers, the count in 1..MaxCount", i, c)
+	}
+	return limiter.State{At: int64(i), N1: uint64(c)}, nil
 }
 
 // parsePacked reads the packed string of a sliding window of n sub-windows

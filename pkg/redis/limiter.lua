@@ -752,8 +752,23 @@ local function tokenUndo(_, t, f, d, _, _, rp, delta)
 end
 
 ------------------------------------------------------------------------------
--- fixed_window (limiter.FixedWindow = 2; fixed.go): a hash with i, the
--- window index, and c, the count (sliding_window's layout without p).
+-- fixed_window (limiter.FixedWindow = 2; fixed.go): one 16-byte string per
+-- counter, '<dd': i, the window index, and c, the count. A string, not a
+-- hash, so that run reads it with the batch's one MGET and store writes it
+-- and its TTL with one SET: one Redis command a decision instead of three
+-- (HMGET, HSET, PEXPIRE). Its TTL is the end of window i.
+
+local function fixedParse(v)
+  if not v then
+    return 0, 0, 0, false
+  end
+  local i, c = sunpack('<dd', v)
+  return i, c, 0, true
+end
+
+local function fixedLoad(key)
+  return fixedParse(redis.call('GET', key))
+end
 
 local function fixedRoll(i, c, _, w)
   local idx = idiv(now, w)
@@ -792,8 +807,13 @@ end
 local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists)
   if i == oi and c == oc and exists then
     return
+  elseif c == 0 then
+    if exists then
+      redis.call('DEL', key)
+    end
+    return
   end
-  hashSave(key, i, c, 0, (i + 1) * w - now, oi, oc, 0, exists)
+  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', (i + 1) * w - now))
 end
 
 local function fixedUndo(_, i, c, p, _, _, idx, delta)
@@ -960,7 +980,7 @@ local ALG = {
       report = subReport, store = subStore, undo = subUndo, lease = true } },
   [1] = { load = tokenLoad, roll = tokenRoll, decide = tokenDecide, consume = tokenConsume, report = tokenReport,
     store = tokenStore, undo = tokenUndo },
-  [2] = { load = hashLoad, roll = fixedRoll, decide = fixedDecide, consume = swConsume, report = fixedReport,
+  [2] = { load = fixedLoad, parse = fixedParse, roll = fixedRoll, decide = fixedDecide, consume = swConsume, report = fixedReport,
     store = fixedStore, undo = fixedUndo, lease = true },
   [3] = { load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume, report = logReport,
     store = logStore, undo = logUndo },

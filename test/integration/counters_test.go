@@ -58,11 +58,12 @@ func keyHolding(t *testing.T, addrs []string, prefix, s string) string {
 	return found[0]
 }
 
-// counted returns the hits a sliding window counter holds, 0 when the key
-// is missing: with one sub-window the sum of its hash's counts (cur and
-// prev, all but the index "i"); with several the running total of its packed
-// string (pkg/redis's limiter.lua: a little-endian double in its head). A
-// run shorter than the window loses none. addrs are tried in turn (a Cluster
+// counted returns the hits a sliding or fixed window counter holds, 0 when
+// the key is missing: with one sub-window the sum of its hash's counts (cur
+// and prev, all but the index "i"); with several the running total of its
+// packed string (pkg/redis's limiter.lua: a little-endian double in its
+// head); a fixed window's count (the second double of its string). A run
+// shorter than the window loses none. addrs are tried in turn (a Cluster
 // key lives on one master).
 func counted(t *testing.T, addrs []string, key string) uint64 {
 	t.Helper()
@@ -75,7 +76,7 @@ func counted(t *testing.T, addrs []string, key string) uint64 {
 			t.Fatalf("TYPE %q on %s: %v", key, a, err)
 		}
 		if typ == "string" {
-			return packedTotal(t, a, key)
+			return packedTotal(t, a, key, strings.Contains(key, "{fw:"))
 		}
 		r, err := redistest.Do(a, "HGETALL", key)
 		if err != nil {
@@ -103,14 +104,21 @@ func counted(t *testing.T, addrs []string, key string) uint64 {
 }
 
 // packedTotal reads the running total of the packed sub-window string at
-// key on addr.
-func packedTotal(t *testing.T, addr, key string) uint64 {
+// key on addr, or with fixed the count of a fixed window's string ('<dd':
+// the window index, the count).
+func packedTotal(t *testing.T, addr, key string, fixed bool) uint64 {
 	t.Helper()
 	r, err := redistest.Do(addr, "GET", key)
 	if err != nil {
 		t.Fatalf("GET %q on %s: %v", key, addr, err)
 	}
 	v, _ := r.(string)
+	if fixed {
+		if len(v) != 16 {
+			t.Fatalf("GET %q: %d bytes, want 16", key, len(v))
+		}
+		return uint64(math.Float64frombits(bin.LittleEndian.Uint64([]byte(v[8:]))))
+	}
 	if len(v) < 26 {
 		t.Fatalf("GET %q: %d bytes, want a 26-byte head", key, len(v))
 	}
