@@ -21,6 +21,11 @@
 # shorter than the minute: admitted requests (at most the limit) and Redis
 # calls per decision.
 #
+# With FIXED=1 each round also runs "sluice-fixed": Sluice on
+# bench/loadtest-fixed.yaml, the same rules as fixed windows, the peer's
+# algorithm (Sluice's default is a sliding window of 50 sub-windows, which
+# the peer cannot read from its config), so that one run compares both.
+#
 # The peer is built with `go install github.com/envoyproxy/ratelimit/src/service_cmd@$PEER_VERSION`
 # into $CACHE (outside the repository; never committed) unless already there.
 #
@@ -28,7 +33,8 @@
 # DESCS ("1 3"), KEYS (10000 values per descriptor key), PEER_VERSION
 # (latest), CACHE (~/.cache/sluice-bench), SLUICE_FLAGS (extra flags for
 # Sluice), HOT (1: run the hot key part; 0: skip), HOT_FLAGS (extra flags
-# for Sluice in the hot key run), OUT (bench/out/peer-compare.jsonl).
+# for Sluice in the hot key run), FIXED (0; 1: also sluice-fixed), OUT
+# (bench/out/peer-compare.jsonl).
 # Needs go, redis-server, redis-cli, jq, curl, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,14 +53,15 @@ summarize() { # file: medians per service, concurrency and descriptors, and rati
 	"| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
 	($m[] | "| \(.c) | \(.d) | \(.svc) (n=\(.n)) | \(r(.dps; 0)) | \(r(.p50/1000; 2)) | \(r(.p99/1000; 2)) | \(r(.p999/1000; 2)) | \(r(.svc_cpu; 1)) | \(r(.redis_cpu; 2)) | \(r(.calls; 3)) | \(r(.cmds; 3)) | \(.errors) |"),
 	"",
-	"Sluice / peer, medians of the same run:",
+	(["sluice", "sluice-fixed"][] as $name | select(any($m[]; .svc == $name)) |
+	"\($name) / peer, medians of the same run:",
 	"",
 	"| c | descriptors | decisions/s | p99 | service CPU/decision | Redis CPU/decision | Redis calls/decision |",
 	"| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-	($m | group_by([.c, .d])[] | (map(select(.svc == "sluice"))[0]) as $s | (map(select(.svc == "peer"))[0]) as $p |
+	($m | group_by([.c, .d])[] | (map(select(.svc == $name))[0]) as $s | (map(select(.svc == "peer"))[0]) as $p |
 		select($s != null and $p != null) |
 		"| \($s.c) | \($s.d) | \(ratio($s.dps; $p.dps)) | \(ratio($s.p99; $p.p99)) | \(ratio($s.svc_cpu; $p.svc_cpu)) | \(ratio($s.redis_cpu; $p.redis_cpu)) | \(ratio($s.calls; $p.calls)) |"),
-	"",
+	""),
 	([.[] | select(.hot == true)] | if length == 0 then empty else
 		"Hot key (one counter, limit \(.[0].limit) a minute, \(.[0].c) callers on 2 instances, \(.[0].elapsed_s | floor) s):",
 		"",
@@ -71,7 +78,7 @@ fi
 
 OUT=${OUT:-bench/out/peer-compare.jsonl}
 RUNS=${RUNS:-3} DURATION=${DURATION:-8s} WARMUP=${WARMUP:-2s} CONC=${CONC:-"1 16 64"} DESCS=${DESCS:-"1 3"}
-KEYS=${KEYS:-10000} PEER_VERSION=${PEER_VERSION:-latest} HOT=${HOT:-1}
+KEYS=${KEYS:-10000} PEER_VERSION=${PEER_VERSION:-latest} HOT=${HOT:-1} FIXED=${FIXED:-0}
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-bench}
 read -r -a sluice_flags <<<"${SLUICE_FLAGS:-}"
 read -r -a hot_flags <<<"${HOT_FLAGS:-}"
@@ -154,9 +161,10 @@ redis_counts() {
 # measure SVC RUN C D: one fresh service, a warmup, one measured run.
 measure() {
 	local svc=$1 run=$2 c=$3 d=$4
-	local flags=()
-	[ "$svc" = sluice ] && flags=("${sluice_flags[@]}")
-	start "$svc" bench/loadtest.yaml "$svc$run$c$d:" "${flags[@]}"
+	local flags=() config=bench/loadtest.yaml
+	[ "$svc" != peer ] && flags=("${sluice_flags[@]}")
+	[ "$svc" = sluice-fixed ] && config=bench/loadtest-fixed.yaml
+	start "$svc" "$config" "$svc$run$c$d:" "${flags[@]}"
 	local lg=(-target "$svc_addr" -concurrency "$c" -descriptors "$d" -keys "$KEYS" -seed "$run")
 	"$tmp/loadgen" "${lg[@]}" -duration "$WARMUP" >/dev/null
 	local load t0 r0 s0 a0 t1 r1 s1 a1
@@ -214,7 +222,8 @@ hot() {
 echo "peer $peer_mod, sluice $sluice_rev, redis $(redis-server --version | awk '{print $3}'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for run in $(seq "$RUNS"); do
 	order="peer sluice"
-	[ $((run % 2)) -eq 0 ] && order="sluice peer"
+	[ "$FIXED" = 1 ] && order="peer sluice sluice-fixed"
+	[ $((run % 2)) -eq 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' ')
 	for c in $CONC; do
 		for d in $DESCS; do
 			for svc in $order; do
@@ -228,4 +237,4 @@ if [ "$HOT" = 1 ]; then
 	hot sluice "${hot_flags[@]}"
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-summarize <(tail -n "$(( RUNS * $(wc -w <<<"$CONC") * $(wc -w <<<"$DESCS") * 2 + (HOT == 1 ? 2 : 0) ))" "$OUT")
+summarize <(tail -n "$(( RUNS * $(wc -w <<<"$CONC") * $(wc -w <<<"$DESCS") * (FIXED == 1 ? 3 : 2) + (HOT == 1 ? 2 : 0) ))" "$OUT")
