@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,18 +73,18 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 		i, cur, prev, ok := readCounter(t, c, key)
 		return limiter.State{At: i, N1: cur, N2: prev}, ok
 	case id.alg == limiter.TokenBucket:
-		v, err := c.HMGet(ctx, key, "t", "f", "d").Result()
+		v, err := c.Get(ctx, key).Result()
+		if errors.Is(err, goredis.Nil) {
+			return limiter.State{}, false
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v[0] == nil {
-			return limiter.State{}, false
+		st, err := parseToken(v)
+		if err != nil {
+			t.Fatalf("token bucket %s: %v", key, err)
 		}
-		var n [3]int64
-		for i := range n {
-			n[i], _ = strconv.ParseInt(v[i].(string), 10, 64)
-		}
-		return limiter.State{At: n[0], N1: uint64(n[1]), N2: uint64(n[2])}, true
+		return st, true
 	case id.alg == limiter.SlidingLog || id.alg == limiter.Concurrency:
 		zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
 		if err != nil {
@@ -120,6 +119,25 @@ func parseFixed(v string) (limiter.State, error) {
 		return limiter.State{}, fmt.Errorf("index %v, count %v: want whole numbers, the count in 1..MaxCount", i, c)
 	}
 	return limiter.State{At: int64(i), N1: uint64(c)}, nil
+}
+
+// parseToken reads a token bucket's string (limiter.lua): '<ddd', t, f and
+// d, whole numbers below 2^53, not all 0 (a full bucket is deleted).
+func parseToken(v string) (limiter.State, error) {
+	if len(v) != 24 {
+		return limiter.State{}, fmt.Errorf("%d bytes: want 24", len(v))
+	}
+	var n [3]float64
+	for i := range n {
+		n[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8])))
+		if n[i] != math.Trunc(n[i]) || n[i] < 0 || n[i] >= 1<<53 {
+			return limiter.State{}, fmt.Errorf("field %d is %v: want a whole number in [0, 2^53)", i, n[i])
+		}
+	}
+	if n == [3]float64{} {
+		return limiter.State{}, errors.New("a full bucket is stored: want it deleted")
+	}
+	return limiter.State{At: int64(n[0]), N1: uint64(n[1]), N2: uint64(n[2])}, nil
 }
 
 // parsePacked reads the packed string of a sliding window of n sub-windows

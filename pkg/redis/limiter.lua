@@ -606,8 +606,9 @@ local function subUndo(_, at, total, v, _, N, idx, delta)
 end
 
 ------------------------------------------------------------------------------
--- token_bucket (limiter.TokenBucket = 1; token.go): GCRA. One hash per
--- counter: t, f and d, the theoretical arrival time TAT = t + f/d ms. With
+-- token_bucket (limiter.TokenBucket = 1; token.go): GCRA. One 24-byte string
+-- per counter, '<ddd': t, f and d, the theoretical arrival time TAT = t + f/d
+-- ms (a string, as fixed_window's, for the batch's MGET and one SET). With
 -- g = gcd(L, w), rp = L/g and wp = w/g, a token is wp ticks of 1/rp ms;
 -- every number stays a whole double below 2^53 (the Go twin's Validate), so
 -- both twins compute the same integers. Its state needs no roll.
@@ -641,12 +642,16 @@ local function tokenDebt(t, f, d, rp)
   return min(dt * rp + f, MAX)
 end
 
-local function tokenLoad(key)
-  local v = redis.call('HMGET', key, 't', 'f', 'd')
-  if not v[1] then
+local function tokenParse(v)
+  if not v then
     return 0, 0, 0, false
   end
-  return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
+  local t, f, d = sunpack('<ddd', v)
+  return t, f, d, true
+end
+
+local function tokenLoad(key)
+  return tokenParse(redis.call('GET', key))
 end
 
 local function tokenRoll(t, f, d)
@@ -729,12 +734,11 @@ local function tokenStore(key, _, _, t, f, d, ot, of, od, exists)
     end
     return
   end
-  redis.call('HSET', key, 't', fmt('%d', t), 'f', fmt('%d', f), 'd', fmt('%d', d))
   local ttl = t - now
   if f > 0 then
     ttl = ttl + 1
   end
-  redis.call('PEXPIRE', key, fmt('%d', ttl))
+  redis.call('SET', key, spack('<ddd', t, f, d), 'PX', fmt('%d', ttl))
 end
 
 -- undo takes the debt delta back from a bucket still written with rp (or
@@ -978,7 +982,7 @@ local ALG = {
     undo = swUndo, lease = true,
     sub = { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide, consume = subConsume,
       report = subReport, store = subStore, undo = subUndo, lease = true } },
-  [1] = { load = tokenLoad, roll = tokenRoll, decide = tokenDecide, consume = tokenConsume, report = tokenReport,
+  [1] = { load = tokenLoad, parse = tokenParse, roll = tokenRoll, decide = tokenDecide, consume = tokenConsume, report = tokenReport,
     store = tokenStore, undo = tokenUndo },
   [2] = { load = fixedLoad, parse = fixedParse, roll = fixedRoll, decide = fixedDecide, consume = swConsume, report = fixedReport,
     store = fixedStore, undo = fixedUndo, lease = true },
