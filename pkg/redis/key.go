@@ -23,10 +23,11 @@ const MaxPlainKey = 256
 //	prefix "{" algorithm ":" window_ms ":k:" escaped(Key) "}"   escaped Key of at most MaxPlainKey bytes
 //	prefix "{" algorithm ":" window_ms ":h:" hex(sha256(Key)) "}" otherwise
 //
-// for example "sluice:{sw:60000:k:\x03api...}". algorithm is the
-// algorithm's code, followed for a sliding window of N > 1 sub-windows by
-// packedSubWindows and N ("swd20"), since N is part of the counter's
-// identity and of its layout. The braces are the Cluster
+// for example "sluice:{swd50:60000:k:\x03api...}". algorithm is the
+// algorithm's code, followed by packedLayout when the counter is a packed
+// string (see packedLayout) and, for a sliding window of N > 1
+// sub-windows, N ("swd20"), since N is part of the counter's identity and
+// of its layout. The braces are the Cluster
 // hash tag: it holds the whole counter identity (Key, window, algorithm), so a
 // counter is one slot. escaped replaces "%" with "%25" and "}" with "%7D" and
 // keeps every other byte (binary safe), so no "}" appears inside the tag and
@@ -45,8 +46,10 @@ func counterKey(prefix string, h limiter.Hit) string {
 	b.WriteByte('{')
 	b.WriteString(algorithmCode(h.Limit.Algorithm))
 	if n := h.Limit.SubWindowCount(); n > 1 {
-		b.WriteString(packedSubWindows)
+		b.WriteString(packedLayout)
 		b.Write(strconv.AppendInt(make([]byte, 0, 2), n, 10))
+	} else if a := h.Limit.Algorithm; a == limiter.FixedWindow || a == limiter.TokenBucket {
+		b.WriteString(packedLayout)
 	}
 	b.WriteByte(':')
 	var num [20]byte
@@ -88,13 +91,16 @@ func escapedLen(s string) int {
 	return n
 }
 
-// packedSubWindows marks the keys of sliding windows of N > 1 sub-windows in
-// their packed layout (one string of N slots as narrow as their counts, and
-// a head: limiter.lua's sliding_window section): "swd50". The layouts it
-// replaced were a hash ("sw50") and a string of sparse records ("swp50",
-// never released): their keys are ignored (not read, not written) and
-// expire by their TTL, within two windows.
-const packedSubWindows = "d"
+// packedLayout marks the keys of counters that are one packed string
+// (limiter.lua), read by the call's one MGET: sliding windows of N > 1
+// sub-windows (N slots as narrow as their counts, and a head: "swd50"),
+// fixed windows ("fwd": window index and count) and token buckets ("tbd":
+// the bucket's t, f and d). The layouts they replaced were hashes ("sw50",
+// "fw", "tb") and a string of sparse records ("swp50", never released):
+// their keys are ignored (not read, not written, so a fleet that still runs
+// the old layout never meets a key of the wrong type) and expire by their
+// TTL, within two windows.
+const packedLayout = "d"
 
 // algorithmCodes spells each algorithm inside keys, indexed by
 // limiter.Algorithm. Each algorithm has its own code, so its counters never

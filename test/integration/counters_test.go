@@ -76,7 +76,7 @@ func counted(t *testing.T, addrs []string, key string) uint64 {
 			t.Fatalf("TYPE %q on %s: %v", key, a, err)
 		}
 		if typ == "string" {
-			return packedTotal(t, a, key, strings.Contains(key, "{fw:"))
+			return packedTotal(t, a, key, strings.Contains(key, "{fwd:"))
 		}
 		r, err := redistest.Do(a, "HGETALL", key)
 		if err != nil {
