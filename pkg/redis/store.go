@@ -328,14 +328,15 @@ func (s *Store) applyLeased(ctx context.Context, hits []limiter.Hit, keys []stri
 // returns their Results and the groups that decided them. With ask > 0,
 // hits is one hit that asks for ask permits more (limiter.lua's leases).
 func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, []*group, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-
+	dl := time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
 	groups, quotaSplit := s.splitKeys(hits, keys)
 	if ask > 0 {
 		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
 	}
-	admitted, err := s.decide(ctx, groups)
+	admitted, err := s.decide(ctx, dl, groups)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -344,7 +345,7 @@ func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, keys []string
 	if admitted && quotaSplit && !limiter.MarkOverLimit(hits, results) {
 		// The quota group, spread over slots that each admitted it, denies:
 		// take back what every slot consumed.
-		s.settle(ctx, groups, nil, true)
+		s.settle(ctx, dl, groups, nil, true)
 		admitted = false
 		fillAll(results, groups, false)
 	}
@@ -352,35 +353,35 @@ func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, keys []string
 	return results, groups, nil
 }
 
-// decide runs the groups' apply entries one after another, in order, and
-// reports whether all of them admitted. When one denies, it settles the
-// request (refunds the earlier groups, reads the later ones) under a fresh
-// CallTimeout; when one fails, it settles it under ctx and returns the
+// decide runs the groups' apply entries one after another, in order, until
+// dl, and reports whether all of them admitted. When one denies, it settles
+// the request (refunds the earlier groups, reads the later ones) under a
+// fresh CallTimeout; when one fails, it settles it until dl and returns the
 // failure, unless a later group denies.
-func (s *Store) decide(ctx context.Context, groups []*group) (bool, error) {
+func (s *Store) decide(ctx context.Context, dl time.Time, groups []*group) (bool, error) {
 	for j, g := range groups {
-		if err := s.apply(ctx, g); err != nil {
-			if s.settle(ctx, groups[:j], groups[j+1:], false) {
+		if err := s.apply(ctx, dl, g); err != nil {
+			if s.settle(ctx, dl, groups[:j], groups[j+1:], false) {
 				return false, nil // a known denial is the answer
 			}
 			return false, err
 		}
 		if !g.admitted {
-			s.settle(ctx, groups[:j], groups[j+1:], true)
+			s.settle(ctx, dl, groups[:j], groups[j+1:], true)
 			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// apply decides g's apply entry on its node and records the reply. A call
-// that a Cluster node refused because the slot moved did not run: it is
-// sent once more, to the slot's new master.
-func (s *Store) apply(ctx context.Context, g *group) error {
-	err := s.run(ctx, g.slot, g.e)
+// apply decides g's apply entry on its node, until dl, and records the
+// reply. A call that a Cluster node refused because the slot moved did not
+// run: it is sent once more, to the slot's new master.
+func (s *Store) apply(ctx context.Context, dl time.Time, g *group) error {
+	err := s.run(ctx, dl, g.slot, g.e)
 	if errors.Is(err, errMoved) && s.cluster != nil {
 		s.cluster.ReloadState(ctx)
-		err = s.run(ctx, g.slot, g.e)
+		err = s.run(ctx, dl, g.slot, g.e)
 	}
 	if err != nil {
 		return err
@@ -389,13 +390,14 @@ func (s *Store) apply(ctx context.Context, g *group) error {
 	return nil
 }
 
-// run decides e (of slot) on the node that serves it and waits for it.
-func (s *Store) run(ctx context.Context, slot int, e *entry) error {
-	n, err := s.nodeFor(ctx, e.keys[0])
+// run decides e (of slot) on the node that serves it and waits for it
+// until dl.
+func (s *Store) run(ctx context.Context, dl time.Time, slot int, e *entry) error {
+	n, err := s.nodeFor(ctx, dl, e.keys[0])
 	if err != nil {
 		return err
 	}
-	return n.submit(ctx, e, slot).wait(ctx)
+	return n.submit(dl, e, slot).wait(ctx, dl)
 }
 
 // settle finishes a Cluster request that will not be admitted: in one
@@ -403,18 +405,17 @@ func (s *Store) run(ctx context.Context, slot int, e *entry) error {
 // groups in checks without consuming (kind check, for their Results), and
 // reports whether one of checks denies. It runs under a fresh CallTimeout
 // when fresh (a denial: the Results are the answer, and the refunds should
-// land before it), else under ctx if time is left (a failure: the answer is
+// land before it), else until dl if time is left (a failure: the answer is
 // the failure mode's, now). A refund that is not answered, or that goes to
 // a stalled node, is left to the refunder, which retries it until answered;
 // a group that is not read keeps no reply, so its Results say nothing (see
 // fillAll).
-func (s *Store) settle(ctx context.Context, refund, checks []*group, fresh bool) (denies bool) {
+func (s *Store) settle(ctx context.Context, dl time.Time, refund, checks []*group, fresh bool) (denies bool) {
 	rctx := ctx
 	if fresh {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.settleTimeout)
-		defer cancel()
+		rctx, dl = context.WithoutCancel(ctx), time.Now().Add(s.settleTimeout)
 	}
+	over := func() bool { return rctx.Err() != nil || !time.Now().Before(dl) }
 	type sent struct {
 		p *pending
 		g *group // a check's group; nil for a refund
@@ -426,24 +427,24 @@ func (s *Store) settle(ctx context.Context, refund, checks []*group, fresh bool)
 		if !ok {
 			continue
 		}
-		n, err := s.nodeFor(rctx, u.keys[0])
-		if err != nil || rctx.Err() != nil || n.gate.stalled.Load() {
+		n, err := s.nodeFor(rctx, dl, u.keys[0])
+		if err != nil || over() || n.gate.stalled.Load() {
 			s.refunds.add(ctx, u)
 			continue
 		}
-		all = append(all, sent{p: n.submit(rctx, u, g.slot), e: u})
+		all = append(all, sent{p: n.submit(dl, u, g.slot), e: u})
 	}
 	for _, g := range checks {
-		n, err := s.nodeFor(rctx, g.e.keys[0])
-		if err != nil || rctx.Err() != nil || n.gate.stalled.Load() {
+		n, err := s.nodeFor(rctx, dl, g.e.keys[0])
+		if err != nil || over() || n.gate.stalled.Load() {
 			continue
 		}
 		c := *g.e
 		c.kind, c.hr, c.kr = kindCheck, nil, nil
-		all = append(all, sent{p: n.submit(rctx, &c, g.slot), g: g, e: &c})
+		all = append(all, sent{p: n.submit(dl, &c, g.slot), g: g, e: &c})
 	}
 	for _, x := range all {
-		err := x.p.wait(rctx)
+		err := x.p.wait(rctx, dl)
 		switch {
 		case x.g == nil && err != nil:
 			s.refunds.retried.Add(1)
@@ -458,10 +459,16 @@ func (s *Store) settle(ctx context.Context, refund, checks []*group, fresh bool)
 }
 
 // nodeFor returns the node that serves key: the one node on a standalone or
-// Sentinel Redis, the slot's master on a Cluster.
-func (s *Store) nodeFor(ctx context.Context, key string) (*node, error) {
+// Sentinel Redis, the slot's master on a Cluster (which may ask a node for
+// the Cluster's slots, until dl unless it is zero).
+func (s *Store) nodeFor(ctx context.Context, dl time.Time, key string) (*node, error) {
 	if s.cluster == nil {
 		return s.node, nil
+	}
+	if !dl.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
 	}
 	c, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {
@@ -486,7 +493,7 @@ func (s *Store) runDirect(ctx context.Context, es []*entry) []error {
 	errs := make([]error, len(es))
 	byNode := map[*node][]int{}
 	for i, e := range es {
-		n, err := s.nodeFor(ctx, e.keys[0])
+		n, err := s.nodeFor(ctx, time.Time{}, e.keys[0])
 		if err != nil {
 			errs[i] = err
 			continue
