@@ -115,6 +115,12 @@
 --   undo(key, s1, s2, s3, w, N, u1, u2) -> s1, s2, s3, changed (0 or 1)
 -- and is registered in ALG after the sections, under its limiter.Algorithm
 -- number.
+--
+-- A counter's key may hold what no section wrote: another type, or a string
+-- of another layout (a stray value under Sluice's prefix, or a build of
+-- another layout). load and parse read it as no counter and store writes
+-- over it (or load deletes it), rather than fail the call, which decides
+-- other requests too.
 
 local MAX = 4503599627370496 -- limiter.MaxCount, 2^52: counts stay exact doubles
 local MAXLOG = 1000 -- limiter.MaxLogRequests
@@ -166,7 +172,11 @@ end
 -- later than now (the clock stepped back).
 
 local function hashLoad(key)
-  local v = redis.call('HMGET', key, 'i', 'c', 'p')
+  local v = redis.pcall('HMGET', key, 'i', 'c', 'p')
+  if v.err then
+    redis.call('DEL', key) -- not a hash
+    return 0, 0, 0, false
+  end
   if v[1] then
     return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
   end
@@ -381,18 +391,23 @@ local function subSame(W, N)
   return f
 end
 
--- parse reads a stored string (false: none); run reads every such key of
--- the batch with one MGET (see prefetch), load one alone.
-local function subParse(v)
+-- parse reads a stored string (false: none; one of another layout: none,
+-- written over); run reads every such key of the batch with one MGET (see
+-- prefetch), load one alone.
+local function subParse(v, N)
   if not v then
     return 0, 0, '', false
+  end
+  local W = #v > 26 and byte(v, #v - 1)
+  if not SUBW[W] or #v ~= N * W + 26 then
+    return 0, 0, '', true
   end
   local at, total = sunpack('<dd', v, #v - 25)
   return at, total, v, true
 end
 
-local function subLoad(key)
-  return subParse(redis.call('GET', key))
+local function subLoad(key, _, N)
+  return subParse(redis.call('GET', key), N)
 end
 
 -- subHead is a non-empty string's at0, cur and W.
@@ -645,6 +660,8 @@ end
 local function tokenParse(v)
   if not v then
     return 0, 0, 0, false
+  elseif #v ~= 24 then
+    return 0, 0, 0, true
   end
   local t, f, d = sunpack('<ddd', v)
   return t, f, d, true
@@ -765,6 +782,8 @@ end
 local function fixedParse(v)
   if not v then
     return 0, 0, 0, false
+  elseif #v ~= 16 then
+    return 0, 0, 0, true
   end
   local i, c = sunpack('<dd', v)
   return i, c, 0, true
@@ -852,7 +871,12 @@ local function logCount(key, w)
 end
 
 local function logLoad(key, w)
-  return key, logCount(key, w), 0, true
+  local n = redis.pcall('ZCOUNT', key, fmt('(%d', now - w), '+inf')
+  if type(n) == 'table' then
+    redis.call('DEL', key) -- not a sorted set
+    n = 0
+  end
+  return key, n, 0, true
 end
 
 local function logRoll(key, count)
@@ -1013,7 +1037,7 @@ local function prefetch(KEYS, nk)
     for x = from, to do
       local k = pidx[x]
       local A, w, N = KA[k], KW[k], KN[k]
-      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1])
+      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1], N)
       s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
     end
   end
