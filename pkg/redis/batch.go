@@ -71,6 +71,14 @@ type entry struct {
 	changed  float64 // undo: counters changed, -1 if it already ran
 }
 
+// request is a copy of e's request without its reply, for a run of its own
+// while a call that outlasted its deadline may still write e's reply (the
+// request fields are never written once e is submitted).
+func (e *entry) request() *entry {
+	return &entry{kind: e.kind, full: e.full, lease: e.lease, keys: e.keys, specs: e.specs, hits: e.hits,
+		undo: e.undo, ttl: e.ttl}
+}
+
 // keySpec is a counter's identity beside its key: what the script needs to
 // read it.
 type keySpec struct {
@@ -299,7 +307,7 @@ type pending struct {
 	e        *entry
 	slot     int
 	deadline time.Time    // its waiter's; zero for none
-	state    atomic.Int32 // stateQueued, stateSent, stateLeft
+	state    atomic.Int32 // stateQueued, stateSent, stateLeft, stateDone, stateAbandoned
 	done     chan struct{}
 	err      error
 }
@@ -307,7 +315,9 @@ type pending struct {
 const (
 	stateQueued int32 = iota
 	stateSent
-	stateLeft // its caller left before it was sent: it never will be
+	stateLeft      // its caller left before it was sent: it never will be
+	stateDone      // its call ended and its caller is told
+	stateAbandoned // its caller left while its call was in flight
 )
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -334,8 +344,11 @@ func (n *node) submit(dl time.Time, e *entry, slot int) *pending {
 }
 
 // wait waits for p's call, until dl (p's deadline, zero for none) or until
-// ctx ends: a decision that leaves before its call was sent is never sent.
-// It recycles p.
+// ctx ends: a decision that leaves before its call was sent is never sent;
+// one that leaves while its call is in flight answers at once (the call,
+// which may still count its hits, ends by the batch's latest deadline, and
+// finish then recycles p). Otherwise it recycles p. Either way the caller
+// must not read p.e's reply after an error: the call may still write it.
 func (p *pending) wait(ctx context.Context, dl time.Time) error {
 	var expired <-chan time.Time
 	if !dl.IsZero() {
@@ -357,11 +370,12 @@ func (p *pending) wait(ctx context.Context, dl time.Time) error {
 			// Never sent; the take that meets it drops and recycles it.
 			return fmt.Errorf("%w: waited for a call to redis until the deadline: %w", errShed, cause)
 		}
-		<-p.done // sent: its call ends by its own deadline, which is at least dl
-		err = p.err
-		if err == nil {
-			err = fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, cause)
+		if p.state.CompareAndSwap(stateSent, stateAbandoned) {
+			// In flight: finish recycles it.
+			return fmt.Errorf("%w: a call to redis outlasted the deadline: %w", limiter.ErrStoreUnavailable, cause)
 		}
+		<-p.done // its call ended as the deadline passed
+		err = p.err
 	}
 	p.e = nil
 	pendingPool.Put(p)
@@ -392,9 +406,15 @@ func stopTimer(t *time.Timer) {
 	timers.Put(t)
 }
 
-// finish ends p with err.
+// finish ends p with err, telling its waiter, or recycles p if its waiter
+// left while the call was in flight.
 func (p *pending) finish(err error) {
 	p.err = err
+	if !p.state.CompareAndSwap(stateSent, stateDone) {
+		p.e = nil
+		pendingPool.Put(p)
+		return
+	}
 	p.done <- struct{}{}
 }
 

@@ -447,8 +447,11 @@ func (s *Store) settle(ctx context.Context, dl time.Time, refund, checks []*grou
 		err := x.p.wait(rctx, dl)
 		switch {
 		case x.g == nil && err != nil:
+			// A call that outlasted the deadline may still write x.e's
+			// reply: the refunder gets the request alone. The marker makes
+			// the two runs one.
 			s.refunds.retried.Add(1)
-			s.refunds.add(ctx, x.e)
+			s.refunds.add(ctx, x.e.request())
 		case x.g != nil && err == nil:
 			x.g.e.hr, x.g.e.kr, x.g.e.admitted = x.e.hr, x.e.kr, x.e.admitted
 			x.g.replied = true
