@@ -103,7 +103,8 @@ type algorithm interface {
 	// expires returns the Unix ms from which s, with no further traffic, is
 	// equivalent to the zero State, and math.MinInt64 when it already is.
 	// MemoryStore drops a counter then, and the Lua section sets the same
-	// expiry as the key's TTL (capped at two windows, see the script).
+	// expiry as the key's TTL (at most two windows for the windows and logs;
+	// a token bucket's when it is full again).
 	expires(s State, l Limit) int64
 	// denialsHold reports whether a denial, once answered, holds until its
 	// RetryAfter whatever other requests do (refunds aside): true when other

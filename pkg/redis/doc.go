@@ -60,16 +60,21 @@
 //	<prefix>{<algorithm>:<window_ms>:k:<escaped key>}
 //	<prefix>{<algorithm>:<window_ms>:h:<hex sha256 of key>}
 //
-// for example "sluice:{sw:60000:k:...}". The prefix defaults to "sluice:".
-// The algorithm is a short code per algorithm (algorithmCode): "sw" for the
-// sliding window. The key is limiter.Hit.Key,
+// for example "sluice:{swd50:60000:k:...}". The prefix defaults to "sluice:".
+// The algorithm is a short code per algorithm (algorithmCode: "sw" for the
+// sliding window, "fw", "tb", "sl", "cc"), then "d" for a counter that is one
+// packed string (fixed windows, token buckets, and sliding windows of N > 1
+// sub-windows, whose N follows: "swd50"; see packedLayout). The key is
+// limiter.Hit.Key,
 // opaque bytes, with "%" written "%25" and "}" written "%7D", so the Cluster
 // hash tag (the braces) always holds the whole identity and two identities
 // never share a key; an escaped key longer than MaxPlainKey bytes is replaced
 // by its SHA-256 digest. Every write sets a TTL, the time after which the
-// state no longer matters and at most two windows (the sliding window: the
-// end of the next window), and a counter that becomes empty is deleted, so no
-// key outlives its state. A denied request writes nothing.
+// state no longer matters: at most two windows for the windows and logs (the
+// sliding window: the end of the next window), the moment a token bucket is
+// full again (its burst over its rate, or later when hits went beyond its
+// burst); a counter that becomes empty is deleted, so no key outlives its
+// state. A denied request writes nothing (overdraw hits aside).
 //
 // # Shared limits
 //

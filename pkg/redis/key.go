@@ -99,7 +99,7 @@ func escapedLen(s string) int {
 // "fw", "tb") and a string of sparse records ("swp50", never released):
 // their keys are ignored (not read, not written, so a fleet that still runs
 // the old layout never meets a key of the wrong type) and expire by their
-// TTL, within two windows.
+// TTL (within two windows; a token bucket's when it is full again).
 const packedLayout = "d"
 
 // algorithmCodes spells each algorithm inside keys, indexed by

@@ -27,7 +27,8 @@
 -- (tests only). A counter's state is read on the batch's first use of it,
 -- rolled to now once, changed in memory by each entry in turn, and written
 -- at the end if it changed, with the TTL of its expiry (at most two windows
--- away); a state that becomes empty is deleted, so no key exists without a
+-- away for the windows and logs, when the bucket is full again for a token
+-- bucket); a state that becomes empty is deleted, so no key exists without a
 -- TTL. What a denied entry sees is never written (overdraw hits aside). The
 -- logs (sliding_log, concurrency) are sorted sets, changed in place.
 --

@@ -123,7 +123,8 @@ func TestDemoScenario(t *testing.T) {
 		}
 	}
 
-	// Every key Sluice wrote expires within two windows.
+	// Every key Sluice wrote expires within two windows (this config has no
+	// token bucket, whose key expires when it is full again).
 	keys, err := redistest.Do(addr, "KEYS", prefix+"*")
 	if err != nil {
 		t.Fatal(err)
