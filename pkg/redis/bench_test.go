@@ -247,6 +247,9 @@ func BenchmarkScriptSteady(b *testing.B) {
 		if a != limiter.SlidingWindow {
 			l.SubWindows = 0
 		}
+		if a == limiter.SlidingLog || a == limiter.Concurrency {
+			l.Requests = limiter.MaxLogRequests
+		}
 	}
 	n := 0
 	for b.Loop() {
