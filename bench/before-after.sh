@@ -9,7 +9,10 @@
 #
 # Environment: RUNS (3), DURATION (6s), CONC (64), DESCS (1), KEYS (10000),
 # BEFORE_FLAGS and AFTER_FLAGS (extra flags for each service, e.g. to compare
-# two settings of one revision).
+# two settings of one revision), HOT (1: the hot key instead, as in
+# peer-compare.sh: bench/hotkey.yaml, one counter of 100,000 a minute, CONC
+# callers on 2 instances sharing one fresh Redis, each run DURATION of a
+# minute; one line of decisions/s, admitted, errors, p99 and script calls).
 # Examples: bench/before-after.sh efb2e67 HEAD
 #           AFTER_FLAGS="--redis-calls-in-flight 2" bench/before-after.sh HEAD HEAD
 # Needs go, git, redis-server, redis-cli, jq, python3.
@@ -77,8 +80,42 @@ measure() {
 }
 
 echo "before $(git rev-parse --short "$before") ${BEFORE_FLAGS:-}, after $(git rev-parse --short "$after") ${AFTER_FLAGS:-}, c=$CONC, $DESCS descriptor(s), $(nproc) CPUs"
+# hot REV RUN: two fresh instances on one fresh Redis, one hot counter.
+hot() {
+	local rev=$1 run=$2 rport flags=() pids=() addrs=()
+	[ "$rev" = before ] && flags=("${before_flags[@]}")
+	[ "$rev" = after ] && flags=("${after_flags[@]}")
+	rport=$(freeport)
+	redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+		--pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log" >/dev/null
+	for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+	for _ in 1 2; do
+		local grpc http debug
+		grpc=$(freeport) http=$(freeport) debug=$(freeport)
+		"$tmp/sluice-$rev" --config bench/hotkey.yaml --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
+			--debug-addr "127.0.0.1:$debug" --log-level error --ui=false --redis-url "redis://127.0.0.1:$rport/0" \
+			"${flags[@]}" >"$tmp/$rev.log" 2>&1 &
+		pids+=("$!") addrs+=("127.0.0.1:$grpc")
+		for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1 && break; sleep 0.1; done
+	done
+	"$tmp/loadgen" -target "${addrs[0]},${addrs[1]}" -concurrency "$CONC" -descriptors 1 -keys 1 -duration "$DURATION" -json >"$tmp/run.json"
+	local calls
+	calls=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
+		awk -F'[:,=]' '/^cmdstat_(evalsha|eval|fcall):/ {n += $3} END {print n + 0}')
+	kill -INT "${pids[@]}" 2>/dev/null || true
+	wait "${pids[@]}" 2>/dev/null || true
+	redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true
+	jq -r --arg rev "$rev" --argjson run "$run" --argjson calls "$calls" '
+		"\($rev) run=\($run): \(.decisions_per_s | floor)/s admitted \(.ok + .connections) errors \(.error_total)" +
+		" p99 \(.latency_us.p99 | floor)µs script calls \($calls / .requests * 10000 | round / 10000) per decision"' "$tmp/run.json"
+}
+
 for run in $(seq "$RUNS"); do
 	for rev in before after; do
-		measure "$rev" "$run"
+		if [ "${HOT:-0}" = 1 ]; then
+			hot "$rev" "$run"
+		else
+			measure "$rev" "$run"
+		fi
 	done
 done
