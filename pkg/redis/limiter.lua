@@ -177,11 +177,15 @@ local function hashLoad(key)
   if v.err then
     redis.call('DEL', key) -- not a hash
     return 0, 0, 0, false
+  elseif not v[1] then
+    return 0, 0, 0, false
   end
-  if v[1] then
-    return tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0, true
+  local i, c, p = tonumber(v[1]), tonumber(v[2] or 0), tonumber(v[3] or 0)
+  if not (i and c and p) or i ~= i or c ~= c or p ~= p then
+    redis.call('DEL', key) -- not a counter's numbers
+    return 0, 0, 0, false
   end
-  return 0, 0, 0, false
+  return i, c, p, true
 end
 
 -- hashSave writes (i, c, p) over the stored (oi, oc, op, exists): only the
@@ -665,6 +669,9 @@ local function tokenParse(v)
     return 0, 0, 0, true
   end
   local t, f, d = sunpack('<ddd', v)
+  if t ~= t or f ~= f or d ~= d then
+    return 0, 0, 0, true -- NaN: not a counter
+  end
   return t, f, d, true
 end
 
@@ -787,6 +794,9 @@ local function fixedParse(v)
     return 0, 0, 0, true
   end
   local i, c = sunpack('<dd', v)
+  if i ~= i or c ~= c then
+    return 0, 0, 0, true -- NaN: not a counter
+  end
   return i, c, 0, true
 end
 
@@ -861,10 +871,21 @@ end
 -- undo can put them back at their own times: the undo token is now and
 -- added * 4096 + removed (each at most MAXLOG).
 
+-- logTime is a member's score as a time: now for a score that is no
+-- finite number (a stray member's: +inf), so that it counts as a hit of
+-- now and leaves the log with it.
+local function logTime(score)
+  local t = tonumber(score)
+  if not t or t - t ~= 0 then
+    return now
+  end
+  return t
+end
+
 -- logNewest is the time of the newest live member of key (count > 0).
 local function logNewest(key)
   local v = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'WITHSCORES', 'LIMIT', 0, 1)
-  return tonumber(v[2])
+  return logTime(v[2])
 end
 
 local function logCount(key, w)
@@ -889,7 +910,7 @@ local function logDecide(key, count, _, w, L, n)
     return true, 0
   end
   local v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - w), '+inf', 'WITHSCORES', 'LIMIT', count + n - L - 1, 1)
-  return false, tonumber(v[2]) + w - now
+  return false, logTime(v[2]) + w - now
 end
 
 -- logAdd adds n members at time t.
