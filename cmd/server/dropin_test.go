@@ -101,6 +101,10 @@ descriptors:
   - key: free
     rate_limit: {unlimited: true}
   - key: whitelist
+  - key: layered
+    rate_limits:
+      - {name: burst, unit: second, requests_per_unit: 5}
+      - {unit: minute, requests_per_unit: 100}
 `)})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +113,9 @@ descriptors:
 	writeRLConfig(&b, cfg)
 	want := "d.a: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
 		"d.a.b_x: unit=HOUR requests_per_unit=0, shadow_mode: true, quota_mode: false\n" +
-		"d.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"
+		"d.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" +
+		"d.layered[burst]: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
+		"d.layered[2]: unit=MINUTE requests_per_unit=100, shadow_mode: false, quota_mode: false\n"
 	if b.String() != want {
 		t.Errorf("writeRLConfig:\n%s\nwant:\n%s", b.String(), want)
 	}
