@@ -110,7 +110,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.Target, "target", "127.0.0.1:8081", "gRPC address of the rate-limit service, or several separated by commas (connections go round robin to them): loopback only (127.0.0.0/8, ::1, localhost)")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "closed loop: concurrent callers; open loop: most requests in flight")
 	fs.Float64Var(&o.Rate, "rate", 0, "open loop: requests per second (0 = closed loop)")
-	fs.IntVar(&o.Connections, "connections", 1, "gRPC client connections, used round robin")
+	fs.IntVar(&o.Connections, "connections", 1, "gRPC client connections, used round robin; each first sends one unreported call, which the service counts (so a run against a limit of N reports at most N minus that many OK)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured run time after the warmup (warmup+duration at most 10m)")
 	fs.Int64Var(&o.Requests, "requests", 0, "stop after this many measured requests (0 = no cap; without -duration the run is capped at 10m)")
 	fs.DurationVar(&o.Warmup, "warmup", 0, "unmeasured time before the measured run")
