@@ -378,3 +378,30 @@ func BenchmarkDecideWithPage(b *testing.B) {
 		})
 	}
 }
+
+// TestLayeredRuleCard: a rule with a rate_limits list shows every limit of
+// the list and each algorithm once, idle or seen.
+func TestLayeredRuleCard(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "edge.yaml", Data: []byte(`domain: edge
+descriptors:
+  - key: tenant
+    rate_limits:
+      - {name: tenant_burst, unit: second, requests_per_unit: 5}
+      - {unit: hour, requests_per_unit: 1000, algorithm: fixed_window}
+      - {unit: minute, requests_per_unit: 100, algorithm: fixed_window}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecorder(Options{Now: testclock.New(time.Unix(1_800_000_000, 0)).Now})
+	v := r.view(context.Background(), Sources{Config: func() *descriptors.Config { return cfg }})
+	got := find(t, v, "tenant_burst")
+	if got.Limit != "5 / second, 1000 / hour, 100 / minute" || got.Algorithm != "sliding_window, fixed_window" {
+		t.Errorf("layered card: limit %q, algorithm %q", got.Limit, got.Algorithm)
+	}
+	observe(t, r, cfg, 1, true, 4, "tenant", "t1")
+	v = r.view(context.Background(), Sources{Config: func() *descriptors.Config { return cfg }})
+	if got := find(t, v, "tenant_burst"); got.Limit != "5 / second, 1000 / hour, 100 / minute" {
+		t.Errorf("layered card once seen: limit %q", got.Limit)
+	}
+}

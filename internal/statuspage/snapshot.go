@@ -102,14 +102,15 @@ func (r *Recorder) ruleViews(now time.Time, cfg *descriptors.Config) []ruleView 
 	for _, rs := range stats {
 		v := rs.view(sec, r.opts.TopValues)
 		if l, ok := configured[ruleKey{rs.domain, rs.rule}]; ok {
-			v.Limit, v.Algorithm = describe(l.Limit), l.Limit.Algorithm.String()
+			v.Limit, v.Algorithm = describeRule(l)
 			v.Shadow = l.ShadowMode
 			delete(configured, ruleKey{rs.domain, rs.rule})
 		}
 		out = append(out, v)
 	}
 	for k, rule := range configured {
-		out = append(out, ruleView{Domain: k.domain, Rule: k.rule, Limit: describe(rule.Limit), Algorithm: rule.Limit.Algorithm.String(),
+		limit, alg := describeRule(rule)
+		out = append(out, ruleView{Domain: k.domain, Rule: k.rule, Limit: limit, Algorithm: alg,
 			Shadow: rule.ShadowMode, Decisions: make([]uint64, seriesSeconds), Over: make([]uint64, seriesSeconds),
 			Top: []valueView{}, ValuesHidden: r.sensitive[k.domain] || r.sensitive[k.domain+"/"+k.rule]})
 	}
@@ -203,6 +204,24 @@ func configuredRules(cfg *descriptors.Config) map[ruleKey]*descriptors.Rule {
 		walk(d.Name, d.Rules)
 	}
 	return out
+}
+
+// describeRule renders r's limits, every limit of a rate_limits list in
+// config order joined by ", " ("5 / second, 1000 / hour"), and their
+// algorithms likewise, each named once.
+func describeRule(r *descriptors.Rule) (limit, algorithm string) {
+	ls := r.Limits
+	if len(ls) == 0 {
+		ls = []*descriptors.Limit{r.Limit}
+	}
+	var lims, algs []string
+	for _, l := range ls {
+		lims = append(lims, describe(l))
+		if a := l.Algorithm.String(); !slices.Contains(algs, a) {
+			algs = append(algs, a)
+		}
+	}
+	return strings.Join(lims, ", "), strings.Join(algs, ", ")
 }
 
 // describe renders a limit as "100 / minute" or "30 / 5 minutes".
