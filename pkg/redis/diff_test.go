@@ -44,47 +44,14 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 	key := counterKey(prefix, limiter.Hit{Key: id.key, Limit: id.limit()})
 	switch {
 	case id.alg == limiter.SlidingWindow && id.sub > 1:
-		v, err := c.Get(ctx, key).Result()
-		if errors.Is(err, goredis.Nil) {
-			return limiter.State{}, false
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := parsePacked(v, id.sub)
-		if err != nil {
-			t.Fatalf("sub-window counter %s: %v", key, err)
-		}
-		return st, true
+		return readString(t, c, key, func(v string) (limiter.State, error) { return parsePacked(v, id.sub) })
 	case id.alg == limiter.FixedWindow:
-		v, err := c.Get(ctx, key).Result()
-		if errors.Is(err, goredis.Nil) {
-			return limiter.State{}, false
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := parseFixed(v)
-		if err != nil {
-			t.Fatalf("fixed-window counter %s: %v", key, err)
-		}
-		return st, true
+		return readString(t, c, key, parseFixed)
 	case id.alg == limiter.SlidingWindow:
 		i, cur, prev, ok := readCounter(t, c, key)
 		return limiter.State{At: i, N1: cur, N2: prev}, ok
 	case id.alg == limiter.TokenBucket:
-		v, err := c.Get(ctx, key).Result()
-		if errors.Is(err, goredis.Nil) {
-			return limiter.State{}, false
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := parseToken(v)
-		if err != nil {
-			t.Fatalf("token bucket %s: %v", key, err)
-		}
-		return st, true
+		return readString(t, c, key, parseToken)
 	case id.alg == limiter.SlidingLog || id.alg == limiter.Concurrency:
 		zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
 		if err != nil {
@@ -103,6 +70,24 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 	}
 	t.Fatalf("readState: no reader for algorithm %v", id.alg)
 	return limiter.State{}, false
+}
+
+// readString reads the string counter at key with parse, failing t when it
+// does not parse; a missing key is the zero State.
+func readString(t testing.TB, c goredis.UniversalClient, key string, parse func(string) (limiter.State, error)) (limiter.State, bool) {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if errors.Is(err, goredis.Nil) {
+		return limiter.State{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parse(v)
+	if err != nil {
+		t.Fatalf("counter %q: %v", key, err)
+	}
+	return st, true
 }
 
 // parseFixed reads a fixed window's string (limiter.lua): '<dd', the window
