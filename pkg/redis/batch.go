@@ -307,17 +307,18 @@ type pending struct {
 	e        *entry
 	slot     int
 	deadline time.Time    // its waiter's; zero for none
-	state    atomic.Int32 // stateQueued, stateSent, stateLeft, stateDone, stateAbandoned
+	state    atomic.Int32 // stateQueued, stateTaken, stateSent, stateLeft, stateDone, stateAbandoned
 	done     chan struct{}
 	err      error
 }
 
 const (
-	stateQueued int32 = iota
-	stateSent
-	stateLeft      // its caller left before it was sent: it never will be
-	stateDone      // its call ended and its caller is told
-	stateAbandoned // its caller left while its call was in flight
+	stateQueued    int32 = iota
+	stateTaken           // in a batch whose call is not yet sent (the gate may refuse it)
+	stateSent            // its call is sent
+	stateLeft            // its caller left before it was sent: it never will be
+	stateDone            // its call ended (or was refused) and its caller is told
+	stateAbandoned       // its caller left while its call was in flight
 )
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -366,8 +367,9 @@ func (p *pending) wait(ctx context.Context, dl time.Time) error {
 		cause = context.DeadlineExceeded
 	}
 	if cause != nil {
-		if p.state.CompareAndSwap(stateQueued, stateLeft) {
-			// Never sent; the take that meets it drops and recycles it.
+		if p.state.CompareAndSwap(stateQueued, stateLeft) || p.state.CompareAndSwap(stateTaken, stateLeft) {
+			// Never sent; the take or send that meets it drops and
+			// recycles it.
 			return fmt.Errorf("%w: waited for a call to redis until the deadline: %w", errShed, cause)
 		}
 		if p.state.CompareAndSwap(stateSent, stateAbandoned) {
@@ -406,11 +408,11 @@ func stopTimer(t *time.Timer) {
 	timers.Put(t)
 }
 
-// finish ends p with err, telling its waiter, or recycles p if its waiter
-// left while the call was in flight.
+// finish ends p (taken or sent) with err, telling its waiter, or recycles
+// p if its waiter left.
 func (p *pending) finish(err error) {
 	p.err = err
-	if !p.state.CompareAndSwap(stateSent, stateDone) {
+	if !p.state.CompareAndSwap(stateSent, stateDone) && !p.state.CompareAndSwap(stateTaken, stateDone) {
 		p.e = nil
 		pendingPool.Put(p)
 		return
@@ -419,14 +421,14 @@ func (p *pending) finish(err error) {
 }
 
 // take removes from the queue the entries of the next call (at most
-// maxBatchEntries), marks them sent and returns them; it drops those whose
+// maxBatchEntries), marks them taken and returns them; it drops those whose
 // caller left. n.mu is held.
 func (n *node) take() []*pending {
 	var batch []*pending
 	i := 0
 	for ; i < len(n.queue) && len(batch) < maxBatchEntries; i++ {
 		p := n.queue[i]
-		if p.state.CompareAndSwap(stateQueued, stateSent) {
+		if p.state.CompareAndSwap(stateQueued, stateTaken) {
 			batch = append(batch, p)
 		} else {
 			// Its waiter left: nobody else holds it.
@@ -479,6 +481,20 @@ func (n *node) send(batch []*pending) {
 		for _, p := range batch {
 			p.finish(err)
 		}
+		return
+	}
+	// The entries whose waiters left meanwhile are not sent.
+	sent := batch[:0]
+	for _, p := range batch {
+		if p.state.CompareAndSwap(stateTaken, stateSent) {
+			sent = append(sent, p)
+		} else {
+			p.e = nil
+			pendingPool.Put(p)
+		}
+	}
+	if batch = sent; len(batch) == 0 {
+		n.gate.release()
 		return
 	}
 	errs := runEntries(ctx, n.c, n.caller, n.clock(), batch)

@@ -148,6 +148,10 @@ func (g *gate) take(ctx context.Context, need time.Duration, dl time.Time, hasDL
 	}
 }
 
+// release gives back the slot of an enter that sent nothing (every waiter
+// left meanwhile), measuring nothing.
+func (g *gate) release() { <-g.slots }
+
 // leave frees the slot of a call sent at start that ended with err, and
 // learns from it: a reply (err nil or a Redis error reply) updates the
 // round trip estimate and clears a stall; a timeout with no reply from the
