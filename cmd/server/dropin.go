@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,35 +96,31 @@ func (srv *server) debugHandler() http.Handler {
 // line per limit, depth first in config order, "FULL_KEY: unit=MINUTE
 // requests_per_unit=10, shadow_mode: false, quota_mode: false" (an
 // unlimited rule has unit=UNKNOWN and 0); each limit of a rate_limits list
-// has a line of its own, its FULL_KEY followed by "[name]" (its name, else
-// its place in the list from 1), a line the peer, which has no such lists,
-// never prints. Domains come in name order. A nil cfg prints nothing.
+// has a line of its own, its FULL_KEY followed by "[name]", the name the
+// metrics and headers give it (Rule.LimitName), a line the peer, which has
+// no such lists, never prints. Domains come in name order. A nil cfg prints nothing.
 func writeRLConfig(w io.Writer, cfg *descriptors.Config) {
 	line := func(key, unit string, rpu uint32, r *descriptors.Rule) {
 		fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n", key, unit, rpu, r.ShadowMode, r.QuotaMode)
 	}
-	var walk func(rules []*descriptors.Rule)
-	walk = func(rules []*descriptors.Rule) {
+	var walk func(domain string, rules []*descriptors.Rule)
+	walk = func(domain string, rules []*descriptors.Rule) {
 		for _, r := range rules {
 			switch {
 			case len(r.Limits) > 1:
-				for i, l := range r.Limits {
-					name := l.Name
-					if name == "" {
-						name = strconv.Itoa(i + 1)
-					}
-					line(r.FullKey+"["+name+"]", strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, r)
+				for _, l := range r.Limits {
+					line(r.FullKey+"["+r.LimitName(domain, l)+"]", strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, r)
 				}
 			case r.Limit != nil:
 				line(r.FullKey, strings.ToUpper(r.Limit.Unit.String()), r.Limit.RequestsPerUnit, r)
 			case r.Unlimited:
 				line(r.FullKey, "UNKNOWN", 0, r)
 			}
-			walk(r.Children)
+			walk(domain, r.Children)
 		}
 	}
 	for _, d := range cfg.Domains() {
-		walk(d.Rules)
+		walk(d.Name, d.Rules)
 	}
 }
 

@@ -115,7 +115,7 @@ descriptors:
 		"d.a.b_x: unit=HOUR requests_per_unit=0, shadow_mode: true, quota_mode: false\n" +
 		"d.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" +
 		"d.layered[burst]: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
-		"d.layered[2]: unit=MINUTE requests_per_unit=100, shadow_mode: false, quota_mode: false\n"
+		"d.layered[layered/1m]: unit=MINUTE requests_per_unit=100, shadow_mode: false, quota_mode: false\n"
 	if b.String() != want {
 		t.Errorf("writeRLConfig:\n%s\nwant:\n%s", b.String(), want)
 	}
