@@ -53,9 +53,11 @@
 // # Keys
 //
 // One key per counter, named by its identity; what it holds is its
-// algorithm's (the sliding window: a hash with fields i (window index), c
-// (current window count) and p (previous window count; a missing c or p is
-// 0)):
+// algorithm's (limiter.lua's sections): a sliding window of one sub-window
+// a hash with fields i (window index), c (current window count) and p
+// (previous window count; a missing c or p is 0); a sliding window of N > 1
+// sub-windows, a fixed window and a token bucket one packed string each,
+// read with the call's MGET; the logs a sorted set:
 //
 //	<prefix>{<algorithm>:<window_ms>:k:<escaped key>}
 //	<prefix>{<algorithm>:<window_ms>:h:<hex sha256 of key>}
