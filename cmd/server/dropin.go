@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // The paths and listeners that envoyproxy/ratelimit's deployments probe and
@@ -100,8 +101,8 @@ func (srv *server) debugHandler() http.Handler {
 // metrics and headers give it (Rule.LimitName), a line the peer, which has
 // no such lists, never prints. Domains come in name order. A nil cfg prints nothing.
 func writeRLConfig(w io.Writer, cfg *descriptors.Config) {
-	line := func(key, unit string, rpu uint32, r *descriptors.Rule) {
-		fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n", key, unit, rpu, r.ShadowMode, r.QuotaMode)
+	line := func(key string, l *descriptors.Limit, r *descriptors.Rule) {
+		fmt.Fprintf(w, "%s: %s, shadow_mode: %t, quota_mode: %t\n", key, rlLimit(l), r.ShadowMode, r.QuotaMode)
 	}
 	var walk func(domain string, rules []*descriptors.Rule)
 	walk = func(domain string, rules []*descriptors.Rule) {
@@ -109,12 +110,10 @@ func writeRLConfig(w io.Writer, cfg *descriptors.Config) {
 			switch {
 			case len(r.Limits) > 1:
 				for _, l := range r.Limits {
-					line(r.FullKey+"["+r.LimitName(domain, l)+"]", strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, r)
+					line(r.FullKey+"["+r.LimitName(domain, l)+"]", l, r)
 				}
-			case r.Limit != nil:
-				line(r.FullKey, strings.ToUpper(r.Limit.Unit.String()), r.Limit.RequestsPerUnit, r)
-			case r.Unlimited:
-				line(r.FullKey, "UNKNOWN", 0, r)
+			case r.Limit != nil || r.Unlimited:
+				line(r.FullKey, r.Limit, r)
 			}
 			walk(domain, r.Children)
 		}
@@ -122,6 +121,27 @@ func writeRLConfig(w io.Writer, cfg *descriptors.Config) {
 	for _, d := range cfg.Domains() {
 		walk(d.Name, d.Rules)
 	}
+}
+
+// rlLimit is l as /rlconfig prints it: "unit=MINUTE requests_per_unit=10"
+// (unit=UNKNOWN and 0 for nil, an unlimited rule), then what the peer's
+// line cannot say, each only when set: unit_multiplier, algorithm (other
+// than the default sliding window) and burst.
+func rlLimit(l *descriptors.Limit) string {
+	if l == nil {
+		return "unit=UNKNOWN requests_per_unit=0"
+	}
+	s := fmt.Sprintf("unit=%s requests_per_unit=%d", strings.ToUpper(l.Unit.String()), l.RequestsPerUnit)
+	if l.UnitMultiplier > 1 {
+		s += fmt.Sprintf(" unit_multiplier=%d", l.UnitMultiplier)
+	}
+	if l.Algorithm != limiter.SlidingWindow {
+		s += " algorithm=" + l.Algorithm.String()
+	}
+	if l.Burst > 0 {
+		s += fmt.Sprintf(" burst=%d", l.Burst)
+	}
+	return s
 }
 
 // metricsHandler serves the metrics alone at --metrics-path, for

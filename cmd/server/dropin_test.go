@@ -105,6 +105,8 @@ descriptors:
     rate_limits:
       - {name: burst, unit: second, requests_per_unit: 5}
       - {unit: minute, requests_per_unit: 100}
+  - key: bucket
+    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 5, algorithm: token_bucket, burst: 8}
 `)})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +117,8 @@ descriptors:
 		"d.a.b_x: unit=HOUR requests_per_unit=0, shadow_mode: true, quota_mode: false\n" +
 		"d.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n" +
 		"d.layered[burst]: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n" +
-		"d.layered[layered/1m]: unit=MINUTE requests_per_unit=100, shadow_mode: false, quota_mode: false\n"
+		"d.layered[layered/1m]: unit=MINUTE requests_per_unit=100, shadow_mode: false, quota_mode: false\n" +
+		"d.bucket: unit=SECOND requests_per_unit=5 unit_multiplier=10 algorithm=token_bucket burst=8, shadow_mode: false, quota_mode: false\n"
 	if b.String() != want {
 		t.Errorf("writeRLConfig:\n%s\nwant:\n%s", b.String(), want)
 	}
