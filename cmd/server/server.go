@@ -17,16 +17,19 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/statuspage"
 	"github.com/sluicehq/sluice/pkg/descriptors"
@@ -155,6 +158,23 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	return srv, nil
 }
 
+// recovery turns a panic in a gRPC handler into an Internal error for that
+// call alone (Envoy then applies its failure mode to it), logged with its
+// stack and counted, instead of the end of the process and of every
+// domain's limits with it.
+func (srv *server) recovery() []grpc.ServerOption {
+	panics := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_grpc_panics_total",
+		Help: "gRPC calls whose handler panicked; each was answered with an Internal error and logged with its stack."})
+	srv.reg.MustRegister(panics)
+	handle := recovery.WithRecoveryHandler(func(p any) error {
+		panics.Inc()
+		srv.log.Error("gRPC handler panicked; the call answers Internal", zap.Any("panic", p), zap.StackSkip("stack", 3))
+		return status.Errorf(codes.Internal, "sluice: internal error: %v", p)
+	})
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(handle)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(handle))}
+}
+
 // newGRPC builds the gRPC server: the rate limit service, health and
 // reflection, with TLS when the settings ask for it. Connections are closed
 // after --grpc-max-connection-age (gRPC adds ±10% jitter), as
@@ -172,6 +192,7 @@ func (srv *server) newGRPC() error {
 		}
 		opts = append(opts, grpc.Creds(creds))
 	}
+	opts = append(opts, srv.recovery()...)
 	srv.grpc = grpc.NewServer(append(opts, srv.trace.serverOptions()...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv.grpc, srv.quota)

@@ -18,9 +18,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -271,6 +273,45 @@ func (h *heldStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Re
 	h.entered <- struct{}{}
 	<-h.release
 	return h.Store.Apply(ctx, hits)
+}
+
+// panicStore panics in its first Apply, as a defect would.
+type panicStore struct {
+	limiter.Store
+	once sync.Once
+}
+
+func (p *panicStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
+	p.once.Do(func() { panic("a defect") })
+	return p.Store.Apply(ctx, hits)
+}
+
+// TestHandlerPanicAnswersInternal: a panic while deciding one call answers
+// that call Internal and counts it; the process stays up and the next call
+// is decided.
+func TestHandlerPanicAnswersInternal(t *testing.T) {
+	r := launchWith(t, func(s limiter.Store) limiter.Store { return &panicStore{Store: s} }, "--config", "../../config")
+	_, err := r.client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "p"}))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "a defect") {
+		t.Fatalf("call that panicked: %v; want Internal naming the panic", err)
+	}
+	resp, err := r.client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "p"}))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("next call: %v, %v; want OK", resp.GetOverallCode(), err)
+	}
+	mfs, err := r.srv.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var panics float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_grpc_panics_total" {
+			panics = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if panics != 1 {
+		t.Errorf("sluice_grpc_panics_total = %v, want 1", panics)
+	}
 }
 
 // TestShutdownDrainsInFlightCalls: a call in flight when SIGTERM arrives

@@ -81,6 +81,10 @@ func TestRuleLabel(t *testing.T) {
 		{[]string{"files", "files/a"}, "files_files/*", "files_files/*", true},
 		{[]string{"detailed", "x"}, "detailed_x", "detailed_x", false},
 		{[]string{"tenant", "acme", "op", "read"}, "tenant_acme.op", "tenant_acme.op", false},
+		// A request's bytes that are not UTF-8 become U+FFFD, a run of them
+		// one: Prometheus refuses (panics on) such a label value.
+		{[]string{"detailed", "caf\xe9"}, "detailed_caf\uFFFD", "detailed_caf\uFFFD", false},
+		{[]string{"tenant", "\xff\xfe", "op", "read"}, "tenant_\uFFFD.op", "tenant_\uFFFD.op", false},
 	} {
 		var es []descriptors.Entry
 		for i := 0; i+1 < len(tc.entries); i += 2 {

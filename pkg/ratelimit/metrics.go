@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -142,13 +143,24 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 		switch {
 		case i < len(entries) && (detailed || n.ValueToMetric):
 			b.WriteByte('_')
-			b.WriteString(entries[i].Value)
+			b.WriteString(labelSafe(entries[i].Value))
 		case n.Value != "":
 			b.WriteByte('_')
 			b.WriteString(n.Value)
 		}
 	}
 	return b.String()
+}
+
+// labelSafe is v with every run of bytes that are not UTF-8 replaced by
+// U+FFFD: a request's value, unlike the config's, may hold any bytes
+// (Envoy passes header bytes 0x80-0xFF through), and Prometheus panics on a
+// label value that is not UTF-8.
+func labelSafe(v string) string {
+	if utf8.ValidString(v) {
+		return v
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
 }
 
 var _ Observer = (*Metrics)(nil)

@@ -130,6 +130,57 @@ descriptors:
 	}
 }
 
+// TestMetricsValueNotUTF8: a request whose value on a detailed_metric or
+// value_to_metric rule is not UTF-8 (Envoy passes header bytes 0x80-0xFF
+// through) is decided and counted under a label with U+FFFD, in Sluice's
+// metrics and the peer's; it once panicked in Prometheus and took the
+// process down.
+func TestMetricsValueNotUTF8(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "utf8.yaml", Data: []byte(`
+domain: edge
+descriptors:
+  - key: key7
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 70}
+  - key: vm
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 70}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := NewPeerMetrics(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{}), Observers: []Observer{m, pm}})
+	svc.SetConfig(cfg)
+	for _, e := range []descriptors.Entry{{Key: "key7", Value: "caf\xe9"}, {Key: "vm", Value: "\xff\xfe"}} {
+		d, err := svc.Decide(context.Background(), &Request{Domain: "edge", Descriptors: []Descriptor{{Entries: []descriptors.Entry{e}}}})
+		if err != nil || d.Code != OK {
+			t.Fatalf("%s=%q: %v, %v; want OK", e.Key, e.Value, d.Code, err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"sluice_rate_limit_total_hits_total", map[string]string{"domain": "edge", "rule": "key7_caf\uFFFD"}},
+		{"sluice_rate_limit_total_hits_total", map[string]string{"domain": "edge", "rule": "vm_\uFFFD"}},
+		{"ratelimit_service_rate_limit_total_hits", map[string]string{"domain": "edge", "key1": "key7_caf\uFFFD"}},
+		{"ratelimit_service_rate_limit_total_hits", map[string]string{"domain": "edge", "key1": "vm_\uFFFD"}},
+	} {
+		if got := counterValue(t, reg, tc.name, tc.labels); got != 1 {
+			t.Errorf("%s%v = %v, want 1", tc.name, tc.labels, got)
+		}
+	}
+}
+
 // TestPeerMetricsStoreFailure: a store failure counts one redis_error
 // whether the failure mode answers or returns the error.
 func TestPeerMetricsStoreFailure(t *testing.T) {
