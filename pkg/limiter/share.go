@@ -96,9 +96,11 @@ type Holding struct {
 //
 // A holder's target is its fair part of the Limit: when the live holders'
 // total demand D (in thousandths) is at most the limit, its demand plus an
-// equal part of the headroom, floor((d + (1000*Limit - D)/n)/1000) for n
-// holders, so that an idle holder keeps some; above the limit, its part in
-// proportion to demand, floor(Limit*d/D). The claimant's new share is its
+// equal part of the headroom, floor((d + (1000*Limit - D)/(n+1))/1000) for n
+// holders, so that an idle holder keeps some and one part stays free for a
+// holder that joins (which otherwise gets nothing until the others claim
+// again); above the limit, its part in proportion to demand,
+// floor(Limit*d/D). The claimant's new share is its
 // target, except that it keeps its current share when that is within 10% of
 // the target (so Envoy keeps its token bucket instead of starting a new one)
 // and either below the target or leaving every other holder room for its
@@ -154,7 +156,7 @@ func shareTarget(limit, d, total uint64, n int) uint64 {
 	l, fd, ft := float64(limit), float64(d), float64(total)
 	var t float64
 	if ft <= l*1000 {
-		t = math.Floor((fd + (l*1000-ft)/float64(n)) / 1000)
+		t = math.Floor((fd + (l*1000-ft)/float64(n+1)) / 1000)
 	} else {
 		t = math.Floor(l * fd / ft)
 	}

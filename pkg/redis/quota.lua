@@ -56,7 +56,7 @@ end
 local function target_of(d)
   local t
   if total <= limit * 1000 then
-    t = math.floor((d + (limit * 1000 - total) / n) / 1000)
+    t = math.floor((d + (limit * 1000 - total) / (n + 1)) / 1000)
   else
     t = math.floor(limit * d / total)
   end

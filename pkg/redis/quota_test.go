@@ -108,8 +108,8 @@ func TestSharesScriptFlushed(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := sh.Share(ctx, []limiter.Claim{{Key: "k", Window: time.Minute, Holder: "a", Limit: 3, Hold: time.Second},
-		{Key: "k2", Window: time.Minute, Holder: "a", Limit: 4, Hold: time.Second}})
+	got, err := sh.Share(ctx, []limiter.Claim{{Key: "k", Window: time.Minute, Holder: "a", Limit: 3, Demand: 3000, Hold: time.Second},
+		{Key: "k2", Window: time.Minute, Holder: "a", Limit: 4, Demand: 4000, Hold: time.Second}})
 	if err != nil || len(got) != 2 || got[0].Requests != 3 || got[1].Requests != 4 {
 		t.Fatalf("Share after SCRIPT FLUSH = %+v, %v", got, err)
 	}

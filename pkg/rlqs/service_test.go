@@ -174,25 +174,25 @@ func TestAssignments(t *testing.T) {
 	s := e.open(t)
 	us := []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		usage(1, 0, "route", "search", "api_key", "alice"), // 10/min: the whole limit, 1 s of it at once
-		usage(1, 0, "api_key", "alice"),                    // 20/s: max_tokens = 20 x 1 s / 1 s
+		usage(1, 0, "api_key", "alice"),                    // 20/s: demand 1 + 19/2 of headroom, 1 s of it at once
 		usage(1, 0, "internal", "billing"),                 // unlimited
 		usage(1, 0, "blocked", "x"),                        // requests_per_unit: 0
 		usage(1, 0, "trial", "x"),                          // shadow mode
 		usage(1, 0, "nothing", "x"),                        // no rule: Unmatched
 		usage(1, 0, "streams", "x"),                        // concurrency: requests in flight, not enforceable
 		usage(1, 0, "tenant", "x"),                         // 10/s and 1000/h: the hour's rate, the smaller capacity
-		usage(1, 0, "client", "x"),                         // token_bucket: its burst
+		usage(1, 0, "client", "x"),                         // token_bucket of 10/s: 1 + 9/2, the same part of its burst of 50
 	}
 	want := []string{
 		"tb 1/10 per 1m0s ttl 10s",
-		"tb 20/20 per 1s ttl 10s",
+		"tb 10/10 per 1s ttl 10s",
 		"allow_all ttl 10s",
 		"deny_all ttl 10s",
 		"allow_all ttl 10s",
 		"allow_all ttl 10s",
 		"allow_all ttl 10s",
 		"tb 1/1000 per 1h0m0s ttl 10s",
-		"tb 50/10 per 1s ttl 10s",
+		"tb 25/5 per 1s ttl 10s",
 	}
 	resp := exchange(t, s, reports("d", us...))
 	if len(resp.GetBucketAction()) != len(want) {
@@ -258,7 +258,8 @@ func tokens(t *testing.T, a *rlqsv3.RateLimitQuotaResponse_BucketAction) uint32 
 // TestSharesFollowDemand has two streams report the same bucket every
 // second with 30 and 10 requests against a limit of 20/s: they end with 15
 // and 5. When one closes, its share is released at once and the other gets
-// the whole limit at its next report.
+// its demand and half the headroom (the other half kept for a stream that
+// joins) at its next report.
 func TestSharesFollowDemand(t *testing.T) {
 	e := newEnv(t, testYAML, rlqs.Options{})
 	a, b := e.open(t), e.open(t)
@@ -285,8 +286,41 @@ func TestSharesFollowDemand(t *testing.T) {
 	}
 	waitFor(t, "a's holding released", func() bool { return e.shares.Len() == 1 })
 	e.clock.Advance(time.Second)
-	if got := tokens(t, exchange(t, b, reports("d", usage(5, 5, "api_key", "k"))).GetBucketAction()[0]); got != 20 {
-		t.Errorf("b's share after a closed = %d, want all 20", got)
+	if got := tokens(t, exchange(t, b, reports("d", usage(5, 5, "api_key", "k"))).GetBucketAction()[0]); got != 15 {
+		t.Errorf("b's share after a closed = %d, want 15 (10 + 10/2)", got)
+	}
+}
+
+// TestNewcomerUnderLimit: while the fleet's demand is under the limit, a
+// stream that joins gets a token bucket at once, from the part of the
+// headroom kept free, not DENY_ALL until the others report again (a new
+// Envoy in a scale-up would answer 429 to all of that bucket's traffic for a
+// reporting interval).
+func TestNewcomerUnderLimit(t *testing.T) {
+	e := newEnv(t, testYAML, rlqs.Options{})
+	a, b := e.open(t), e.open(t)
+	var sa, sb uint32
+	for range 3 {
+		e.clock.Advance(time.Second)
+		sa = tokens(t, exchange(t, a, reports("d", usage(5, 0, "api_key", "k"))).GetBucketAction()[0])
+	}
+	if sa != 12 {
+		t.Fatalf("a alone at 5/s of 20/s: %d, want 12 (5 + 15/2)", sa)
+	}
+	sb = tokens(t, exchange(t, b, reports("d", usage(5, 0, "api_key", "k"))).GetBucketAction()[0])
+	if sb != 8 {
+		t.Fatalf("b's first share: %d, want 8 (5 + 10/3, what a left free)", sb)
+	}
+	for range 3 {
+		e.clock.Advance(time.Second)
+		sa = tokens(t, exchange(t, a, reports("d", usage(5, 0, "api_key", "k"))).GetBucketAction()[0])
+		sb = tokens(t, exchange(t, b, reports("d", usage(5, 0, "api_key", "k"))).GetBucketAction()[0])
+		if sa+sb > 20 {
+			t.Fatalf("shares %d + %d > limit 20", sa, sb)
+		}
+	}
+	if sa != 8 || sb != 8 {
+		t.Errorf("shares = %d and %d, want 8 and 8 (5 + 10/3 each, 4 kept free)", sa, sb)
 	}
 }
 
@@ -337,7 +371,7 @@ func TestIdleBucketAbandoned(t *testing.T) {
 		got = append(got, strategy(resp.GetBucketAction()[0]))
 	}
 	// Idle since the report at 1 s: abandoned at 4 s.
-	want := []string{"tb 20/20 per 1s ttl 10s", "tb 20/20 per 1s ttl 10s", "tb 20/20 per 1s ttl 10s", "abandon"}
+	want := []string{"tb 10/10 per 1s ttl 10s", "tb 10/10 per 1s ttl 10s", "tb 10/10 per 1s ttl 10s", "abandon"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("actions =\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}
@@ -345,7 +379,7 @@ func TestIdleBucketAbandoned(t *testing.T) {
 		t.Errorf("holdings after the abandon = %d, want 0", n)
 	}
 	resp := exchange(t, s, reports("d", usage(1, 0, "api_key", "k")))
-	if got := strategy(resp.GetBucketAction()[0]); got != "tb 20/20 per 1s ttl 10s" {
+	if got := strategy(resp.GetBucketAction()[0]); got != "tb 10/10 per 1s ttl 10s" {
 		t.Errorf("the abandoned bucket reported again: %s, want a new assignment", got)
 	}
 }

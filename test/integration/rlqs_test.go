@@ -257,8 +257,8 @@ func TestQuotaBadReports(t *testing.T) {
 	}
 	got, err := stream.Recv()
 	if err != nil || len(got.GetBucketAction()) != 1 || got.GetBucketAction()[0].GetBucketId().GetBucket()["api_key"] != "caf\xe9" ||
-		got.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue() != 100 {
-		t.Errorf("report for a bucket id that is not UTF-8: %v, %v; want its per_api_key share, 100/min", got, err)
+		got.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue() != 80 {
+		t.Errorf("report for a bucket id that is not UTF-8: %v, %v; want its per_api_key share, 80 of 100/min (its demand, 60, and half the headroom)", got, err)
 	}
 	if r := s.call(t, "edge", []string{"api_key", "after"}); r.GetOverallCode().String() != "OK" {
 		t.Errorf("ShouldRateLimit after the bad streams: %v", r)

@@ -114,9 +114,9 @@ func sh(requests uint64, holders int, demand uint64) limiter.Share {
 
 func testShareAlone(t *testing.T, e *shareEnv) {
 	e.steps(10, []shareStep{
-		{"a", 5000, sh(10, 1, 5000)},    // under the limit: all of it
-		{"a", 90_000, sh(10, 1, 90000)}, // over it: still all of it
-		{"a", 0, sh(10, 1, 0)},          // idle: all of it
+		{"a", 5000, sh(7, 1, 5000)},     // under the limit: 5 + 5/2, half the headroom kept for a newcomer
+		{"a", 90_000, sh(10, 1, 90000)}, // over it: all of it
+		{"a", 0, sh(5, 1, 0)},           // idle: half of it
 	})
 	if got := e.share(e.claim("z", 0, 1000)); got != sh(0, 2, 1000) {
 		t.Errorf("a limit of 0: %+v, want nothing", got)
@@ -125,8 +125,8 @@ func testShareAlone(t *testing.T, e *shareEnv) {
 
 func testShareEqual(t *testing.T, e *shareEnv) {
 	e.steps(100, []shareStep{
-		{"a", 50_000, sh(100, 1, 50_000)},
-		{"b", 50_000, sh(0, 2, 100_000)}, // a holds everything until it claims again
+		{"a", 50_000, sh(75, 1, 50_000)},  // 50 + 50/2
+		{"b", 50_000, sh(25, 2, 100_000)}, // target 50: what a left free, until a claims again
 		{"a", 50_000, sh(50, 2, 100_000)},
 		{"b", 50_000, sh(50, 2, 100_000)},
 		{"a", 50_000, sh(50, 2, 100_000)},
@@ -148,18 +148,18 @@ func testShareProportional(t *testing.T, e *shareEnv) {
 
 func testShareHeadroom(t *testing.T, e *shareEnv) {
 	e.steps(100, []shareStep{
-		{"a", 30_000, sh(100, 1, 30_000)},
-		{"b", 10_000, sh(0, 2, 40_000)},
-		{"a", 30_000, sh(60, 2, 40_000)}, // 30 + 60/2 of headroom
-		{"b", 10_000, sh(40, 2, 40_000)}, // 10 + 60/2
-		{"b", 0, sh(35, 2, 30_000)},      // 0 + 70/2: |35-40|*10 = 50 > 40, so it shrinks
+		{"a", 30_000, sh(65, 1, 30_000)}, // 30 + 70/2: one part of the headroom per holder, one kept free
+		{"b", 10_000, sh(30, 2, 40_000)}, // a newcomer gets its target, 10 + 60/3, from what is free
+		{"a", 30_000, sh(50, 2, 40_000)}, // 30 + 60/3
+		{"b", 10_000, sh(30, 2, 40_000)}, // 10 + 60/3
+		{"b", 0, sh(23, 2, 30_000)},      // 0 + 70/3: |23-30|*10 = 70 > 30, so it shrinks
 	})
 }
 
 func testShareHysteresis(t *testing.T, e *shareEnv) {
 	e.steps(100, []shareStep{
-		{"a", 50_000, sh(100, 1, 50_000)},
-		{"b", 50_000, sh(0, 2, 100_000)},
+		{"a", 50_000, sh(75, 1, 50_000)},
+		{"b", 50_000, sh(25, 2, 100_000)},
 		{"a", 50_000, sh(50, 2, 100_000)},
 		{"b", 50_000, sh(50, 2, 100_000)},
 		{"a", 54_000, sh(50, 2, 104_000)}, // target 51 (100*54/104): within 10% above 50, kept
@@ -168,39 +168,42 @@ func testShareHysteresis(t *testing.T, e *shareEnv) {
 		{"b", 40_000, sh(40, 2, 100_000)}, // target 40: shrinks
 		{"a", 60_000, sh(60, 2, 100_000)}, // target 60, now free
 	})
-	// Three holders of 32, 32 and 34 (targets) leave 2 unassigned: a holder
-	// may keep 35 against a target of 34 since the others still get theirs.
+	// Three holders: a may keep 34 against a target of 31 while the others
+	// still get theirs, and gives it up once they would not.
 	e.key += "3:"
 	e.steps(100, []shareStep{
-		{"a", 30_000, sh(100, 1, 30_000)},
-		{"b", 30_000, sh(0, 2, 60_000)},
-		{"a", 33_000, sh(51, 2, 63_000)}, // 33 + 37/2
-		{"b", 30_000, sh(48, 2, 63_000)}, // 30 + 37/2
-		{"c", 30_000, sh(1, 3, 93_000)},  // target 32 (30 + 7/3), 1 free
-		{"b", 30_000, sh(32, 3, 93_000)},
-		{"a", 33_000, sh(35, 3, 93_000)},
-		{"c", 30_000, sh(32, 3, 93_000)},
-		{"a", 32_000, sh(35, 3, 92_000)}, // target 34 (32 + 8/3): 35 kept, b and c need 32 each
-		{"b", 30_000, sh(32, 3, 92_000)},
-		{"a", 28_000, sh(32, 3, 88_000)}, // target 32 (28 + 12/3): keeping 35 would leave b and c 65 < 68
+		{"a", 30_000, sh(65, 1, 30_000)},
+		{"b", 30_000, sh(35, 2, 60_000)}, // target 43 (30 + 40/3), 35 free
+		{"a", 33_000, sh(45, 2, 63_000)}, // 33 + 37/3
+		{"b", 30_000, sh(42, 2, 63_000)}, // 30 + 37/3
+		{"c", 30_000, sh(13, 3, 93_000)}, // target 31 (30 + 7/4), 13 free
+		{"b", 30_000, sh(31, 3, 93_000)},
+		{"a", 33_000, sh(34, 3, 93_000)},
+		{"c", 30_000, sh(31, 3, 93_000)},
+		{"a", 32_000, sh(34, 3, 92_000)}, // target 34 (32 + 8/4)
+		{"b", 30_000, sh(31, 3, 92_000)}, // target 32: 31 is within 10% below it, kept
+		{"a", 28_000, sh(34, 3, 88_000)}, // target 31 (28 + 12/4): 34 kept, b and c need 33 each
+		{"b", 36_000, sh(35, 3, 94_000)}, // target 37, 35 free
+		{"c", 31_000, sh(31, 3, 95_000)},
+		{"a", 31_000, sh(31, 3, 98_000)}, // target 31: keeping 34 would leave b and c 66 < 36 + 31
 	})
 }
 
 func testShareExpiry(t *testing.T, e *shareEnv) {
 	e.steps(100, []shareStep{
-		{"a", 50_000, sh(100, 1, 50_000)},
-		{"b", 50_000, sh(0, 2, 100_000)},
+		{"a", 50_000, sh(75, 1, 50_000)},
+		{"b", 50_000, sh(25, 2, 100_000)},
 	})
 	e.clock.Advance(10*time.Second - time.Millisecond)
-	e.steps(100, []shareStep{{"b", 50_000, sh(0, 2, 100_000)}}) // a's hold has 1 ms left
+	e.steps(100, []shareStep{{"b", 50_000, sh(25, 2, 100_000)}}) // a's hold has 1 ms left: a keeps 75
 	e.clock.Advance(time.Millisecond)
-	e.steps(100, []shareStep{{"b", 50_000, sh(100, 1, 50_000)}}) // a's hold ended: reclaimed
+	e.steps(100, []shareStep{{"b", 50_000, sh(75, 1, 50_000)}}) // a's hold ended: reclaimed
 }
 
 func testShareRelease(t *testing.T, e *shareEnv) {
 	e.steps(100, []shareStep{
-		{"a", 50_000, sh(100, 1, 50_000)},
-		{"b", 50_000, sh(0, 2, 100_000)},
+		{"a", 50_000, sh(75, 1, 50_000)},
+		{"b", 50_000, sh(25, 2, 100_000)},
 		{"a", 50_000, sh(50, 2, 100_000)},
 		{"b", 50_000, sh(50, 2, 100_000)},
 	})
@@ -208,7 +211,7 @@ func testShareRelease(t *testing.T, e *shareEnv) {
 	if err := e.store.Release(ctx, []limiter.Claim{e.claim("a", 0, 0), e.claim("never", 0, 0)}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	e.steps(100, []shareStep{{"b", 50_000, sh(100, 1, 50_000)}})
+	e.steps(100, []shareStep{{"b", 50_000, sh(75, 1, 50_000)}})
 	if err := e.store.Release(ctx, nil); err != nil {
 		t.Fatalf("Release(nil): %v", err)
 	}
@@ -217,12 +220,13 @@ func testShareRelease(t *testing.T, e *shareEnv) {
 func testShareIndependent(t *testing.T, e *shareEnv) {
 	keys := []string{"", "}", "%7D", "{x}", "%", strings.Repeat("k", 1000), strings.Repeat("k", 999) + "j", "\xff\x00"}
 	windows := []time.Duration{time.Second, time.Minute}
-	// Every (key, window) is its own limit: "a" alone in each gets all of it.
+	// Every (key, window) is its own limit: "a" alone in each gets its
+	// demand and half the headroom, 1 + 6/2.
 	for _, k := range keys {
 		for _, w := range windows {
 			c := limiter.Claim{Key: e.key + k, Window: w, Holder: "a", Limit: 7, Demand: 1000, Hold: time.Second}
-			if got := e.share(c); got != sh(7, 1, 1000) {
-				t.Errorf("first claim on (%q, %v): %+v, want all of it", k, w, got)
+			if got := e.share(c); got != sh(4, 1, 1000) {
+				t.Errorf("first claim on (%q, %v): %+v, want 4 of 7, as alone", k, w, got)
 			}
 		}
 	}
@@ -250,8 +254,8 @@ func testShareInvalid(t *testing.T, e *shareEnv) {
 		}
 	}
 	// None of the refused calls divided the valid claim either.
-	if got := e.share(e.claim("b", 10, 1000)); got != sh(10, 1, 1000) {
-		t.Errorf("after refused claims: %+v, want b alone", got)
+	if got := e.share(e.claim("b", 10, 1000)); got != sh(5, 1, 1000) {
+		t.Errorf("after refused claims: %+v, want b alone (1 + 9/2)", got)
 	}
 }
 
