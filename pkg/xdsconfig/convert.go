@@ -3,9 +3,13 @@ package xdsconfig
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
@@ -29,7 +33,9 @@ const SourcePrefix = "xds:"
 // that admits nothing; an unlimited limit has none). A nil entry of a
 // descriptor or replaces list stays nil, which Build reports as a value
 // its source could not decode. The proto has no metadata, quota_mode,
-// value_to_metric or share_threshold: they stay absent (false). A nil rc
+// value_to_metric or share_threshold: they stay absent (false), and a
+// resource of a newer proto that carries them (or any field this one does
+// not know) builds with a warning naming it (Build). A nil rc
 // gives a nil Document, which Build skips.
 func Document(rc *rlsconfv3.RateLimitConfig) *descriptors.Document {
 	if rc == nil {
@@ -100,11 +106,14 @@ func rateLimit(p *rlsconfv3.RateLimitPolicy) *descriptors.RateLimitNode {
 // is unknown) instead of a Document. A nameless resource is named
 // "resources[i]" in errors. Decode checks nothing else: Build does.
 func Decode(resources []*anypb.Any) ([]*descriptors.Document, []error) {
-	var (
-		docs []*descriptors.Document
-		errs []error
-		seen = make(map[string]int)
-	)
+	docs, errs, _ := decode(resources)
+	return docs, errs
+}
+
+// decode is Decode, and also returns a warning for every field of a
+// resource that this build's proto does not know (unknownFields).
+func decode(resources []*anypb.Any) (docs []*descriptors.Document, errs, warns []error) {
+	seen := make(map[string]int)
 	for i, res := range resources {
 		at := fmt.Sprintf("%sresources[%d]", SourcePrefix, i)
 		if res.GetTypeUrl() != TypeURL {
@@ -127,8 +136,47 @@ func Decode(resources []*anypb.Any) ([]*descriptors.Document, []error) {
 		}
 		seen[rc.GetName()] = i
 		docs = append(docs, doc)
+		warns = append(warns, unknownFields(doc.File, "", rc.ProtoReflect())...)
 	}
-	return docs, errs
+	return docs, errs, warns
+}
+
+// unknownFields warns of every field of m and the messages in it that this
+// build's RateLimitConfig proto does not know (a newer control plane's, such
+// as quota_mode, value_to_metric or share_threshold, which the proto of
+// go-control-plane's ratelimit module Sluice is built with lacks): protobuf
+// keeps them aside, so without a word they would change nothing.
+func unknownFields(file, path string, m protoreflect.Message) []error {
+	var warns []error
+	if raw := m.GetUnknown(); len(raw) > 0 {
+		var nums []string
+		for len(raw) > 0 {
+			num, _, n := protowire.ConsumeField(raw)
+			if n < 0 {
+				break
+			}
+			nums = append(nums, strconv.Itoa(int(num)))
+			raw = raw[n:]
+		}
+		warns = append(warns, &descriptors.Error{File: file, Path: strings.TrimPrefix(path, "."),
+			Msg: fmt.Sprintf("field number %s of %s is unknown to this build's proto and ignored; set what it asks for in a file config",
+				strings.Join(nums, ", "), m.Descriptor().FullName())})
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind {
+			return true
+		}
+		at := path + "." + string(fd.Name())
+		if fd.IsList() {
+			for i := range v.List().Len() {
+				warns = append(warns, unknownFields(file, fmt.Sprintf("%s[%d]", at, i), v.List().Get(i).Message())...)
+			}
+		} else if !fd.IsMap() {
+			warns = append(warns, unknownFields(file, at, v.Message())...)
+		}
+		return true
+	})
+	return warns
 }
 
 // Build decodes resources and builds them into one Config with
@@ -136,11 +184,15 @@ func Decode(resources []*anypb.Any) ([]*descriptors.Document, []error) {
 // joined with errors.Join: each an *descriptors.Error reading
 // "xds:<resource name>: <field path>: <message>". The same domain in two
 // resources is an error. No resources at all give an empty Config (every
-// domain unknown). Build is pure and safe for concurrent use.
+// domain unknown). Fields the proto does not know are kept aside by
+// protobuf and change nothing: each is a Config.Warnings entry naming the
+// resource, the path and the field number. Build is pure and safe for
+// concurrent use.
 func Build(resources []*anypb.Any) (*descriptors.Config, error) {
-	docs, errs := Decode(resources)
+	docs, errs, warns := decode(resources)
 	cfg, err := descriptors.Build(docs...)
 	if err == nil && len(errs) == 0 {
+		cfg.Warnings = append(cfg.Warnings, warns...)
 		return cfg, nil
 	}
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -203,5 +204,36 @@ func TestBuildAccepts(t *testing.T) {
 	empty, err := xdsconfig.Build(nil)
 	if err != nil || empty == nil || len(empty.Domains()) != 0 {
 		t.Errorf("Build(nil) = %v, %v; want an empty config", empty, err)
+	}
+}
+
+// TestBuildWarnsOfUnknownFields: a field this build's proto does not know
+// (as a newer control plane's quota_mode would be) still builds, with a
+// warning that names the resource, the path and the field number, so that
+// it is not ignored without a word; known fields give none.
+func TestBuildWarnsOfUnknownFields(t *testing.T) {
+	child := &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 5}}
+	child.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	rc := &rlsconfv3.RateLimitConfig{Name: "gw", Domain: "gw", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "route", Value: "r", Descriptors: []*rlsconfv3.RateLimitDescriptor{child}}}}
+	cfg, err := xdsconfig.Build(anys(t, rc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "xds:gw: descriptors[0].descriptors[0]: field number 99 of ratelimit.config.ratelimit.v3.RateLimitDescriptor is unknown to this build's proto and ignored"
+	if len(cfg.Warnings) != 1 || !strings.HasPrefix(cfg.Warnings[0].Error(), want) {
+		t.Errorf("warnings = %v, want one starting %q", cfg.Warnings, want)
+	}
+	if r := cfg.Match("gw", []descriptors.Entry{{Key: "route", Value: "r"}, {Key: "k", Value: "x"}}); r == nil || r.Limit == nil || r.Limit.RequestsPerUnit != 5 {
+		t.Errorf("the limit with the unknown field: %+v, want 5 per second", r)
+	}
+	for name, rcs := range readTestdata(t, xdstest.Testdata()) {
+		if cfg, err := xdsconfig.Build(anys(t, rcs...)); err == nil {
+			for _, w := range cfg.Warnings {
+				if strings.Contains(w.Error(), "unknown to this build's proto") {
+					t.Errorf("%s: %v", name, w)
+				}
+			}
+		}
 	}
 }
