@@ -97,9 +97,9 @@ type Holding struct {
 // A holder's target is its fair part of the Limit: when the live holders'
 // total demand D (in thousandths) is at most the limit, its demand plus an
 // equal part of the headroom, floor((d + (1000*Limit - D)/(n+1))/1000) for n
-// holders, so that an idle holder keeps some and one part stays free for a
-// holder that joins (which otherwise gets nothing until the others claim
-// again); above the limit, its part in proportion to demand,
+// holders, so that an idle holder keeps some and one part stays free for
+// the next holder that joins (which otherwise gets nothing until the others
+// claim again); above the limit, its part in proportion to demand,
 // floor(Limit*d/D). The claimant's new share is its
 // target, except that it keeps its current share when that is within 10% of
 // the target (so Envoy keeps its token bucket instead of starting a new one)

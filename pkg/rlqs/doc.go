@@ -42,9 +42,10 @@
 //     requests its buckets report, allowed and denied, per second, averaged
 //     over the last two reports, times the window. limiter.Divide gives each
 //     holder its demand plus an equal part of the headroom when the fleet's
-//     demand is under the limit (one more part kept free, so that a stream
-//     that joins gets a share at once, not DENY_ALL until the others report
-//     again), and its proportional part above it, keeps a
+//     demand is under the limit (one more part kept free, so that the next
+//     stream to join gets a share at once; streams joining right after it
+//     get what is free, possibly nothing, until the others report again),
+//     and its proportional part above it, keeps a
 //     share that is within 10% of that (so Envoy keeps its token bucket),
 //     and never lets the shares add up to more than the limit: a holder
 //     that should grow gets what the others free at their next reports. A
