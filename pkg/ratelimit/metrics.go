@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -155,13 +154,9 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 // labelSafe is v with every run of bytes that are not UTF-8 replaced by
 // U+FFFD: a request's value, unlike the config's, may hold any bytes
 // (Envoy passes header bytes 0x80-0xFF through), and Prometheus panics on a
-// label value that is not UTF-8.
-func labelSafe(v string) string {
-	if utf8.ValidString(v) {
-		return v
-	}
-	return strings.ToValidUTF8(v, "\uFFFD")
-}
+// label value that is not UTF-8. A valid v is returned as it is, without
+// a copy (strings.ToValidUTF8 checks first).
+func labelSafe(v string) string { return strings.ToValidUTF8(v, "\uFFFD") }
 
 var _ Observer = (*Metrics)(nil)
 
