@@ -5,8 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/shortval"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
@@ -236,48 +236,12 @@ func valueKey(b []byte, rule *descriptors.Rule, entries []descriptors.Entry) []b
 		}
 		b = append(b, e.Key...)
 		b = append(b, '=')
-		b = appendShort(b, e.Value, MaxValueBytes)
+		b = shortval.Append(b, e.Value, MaxValueBytes)
 	}
 	if len(b) > maxKeyBytes {
-		h := fnv64(string(b))
-		b = append(cut(b, maxKeyBytes-20), "…#"...)
+		h := shortval.FNV64(string(b))
+		b = append(shortval.Cut(b, maxKeyBytes-20), "…#"...)
 		b = strconv.AppendUint(b, h&0xffffffffff, 16)
 	}
 	return b
-}
-
-// appendShort appends v, or when it is longer than max bytes its start,
-// "…#" and 40 bits of its FNV-1a hash in hex.
-func appendShort(b []byte, v string, max int) []byte {
-	if len(v) <= max {
-		return append(b, v...)
-	}
-	b = append(b, cutString(v, max-14)...)
-	b = append(b, "…#"...)
-	return strconv.AppendUint(b, fnv64(v)&0xffffffffff, 16)
-}
-
-// fnv64 is the 64-bit FNV-1a hash of s.
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-// cut shortens b to at most n bytes without splitting a UTF-8 sequence.
-func cut(b []byte, n int) []byte {
-	for n > 0 && n < len(b) && !utf8.RuneStart(b[n]) {
-		n--
-	}
-	return b[:min(n, len(b))]
-}
-
-func cutString(s string, n int) string {
-	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:min(n, len(s))]
 }
