@@ -63,6 +63,7 @@ func TestCounterKeyLongValues(t *testing.T) {
 }
 
 func TestRuleLabel(t *testing.T) {
+	const longHash = "2530bbf4a5" // 40 bits of the FNV-1a hash of 60,000 "v"
 	cfg, err := descriptors.Load("testdata/test.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +86,9 @@ func TestRuleLabel(t *testing.T) {
 		// one: Prometheus refuses (panics on) such a label value.
 		{[]string{"detailed", "caf\xe9"}, "detailed_caf\uFFFD", "detailed_caf\uFFFD", false},
 		{[]string{"tenant", "\xff\xfe", "op", "read"}, "tenant_\uFFFD.op", "tenant_\uFFFD.op", false},
+		// A long value keeps its start and a hash of the whole: at most
+		// MaxLabelValue bytes.
+		{[]string{"detailed", strings.Repeat("v", 60000)}, "detailed_" + strings.Repeat("v", 50) + "…#" + longHash, "detailed_" + strings.Repeat("v", 50) + "…#" + longHash, false},
 	} {
 		var es []descriptors.Entry
 		for i := 0; i+1 < len(tc.entries); i += 2 {

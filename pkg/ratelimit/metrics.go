@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/shortval"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
@@ -151,12 +152,24 @@ func ruleLabel(domain string, st *Status, entries []descriptors.Entry) string {
 	return b.String()
 }
 
-// labelSafe is v with every run of bytes that are not UTF-8 replaced by
-// U+FFFD: a request's value, unlike the config's, may hold any bytes
-// (Envoy passes header bytes 0x80-0xFF through), and Prometheus panics on a
-// label value that is not UTF-8. A valid v is returned as it is, without
-// a copy (strings.ToValidUTF8 checks first).
-func labelSafe(v string) string { return strings.ToValidUTF8(v, "\uFFFD") }
+// MaxLabelValue is the longest request value a metric label holds as it is
+// (detailed_metric, value_to_metric): a longer one keeps its start, "…#"
+// and a hash of the whole value (internal/shortval, as the status page
+// shows it), so that a client that fills a header cannot make each series
+// tens of kilobytes of /metrics and of memory.
+const MaxLabelValue = 64
+
+// labelSafe is v as a label shows it: at most MaxLabelValue bytes, and with
+// every run of bytes that are not UTF-8 replaced by U+FFFD. A request's
+// value, unlike the config's, may hold any bytes (Envoy passes header bytes
+// 0x80-0xFF through), and Prometheus panics on a label value that is not
+// UTF-8. A short valid v is returned as it is, without a copy.
+func labelSafe(v string) string {
+	if len(v) > MaxLabelValue {
+		v = string(shortval.Append(nil, v, MaxLabelValue))
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
+}
 
 var _ Observer = (*Metrics)(nil)
 
