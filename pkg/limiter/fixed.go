@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -18,18 +17,8 @@ import (
 // Its State: At is the window index i = floor(now_ms / w), N1 the count.
 type fixedWindow struct{}
 
-func (fixedWindow) validate(l Limit) error { return noParameters(l) }
-
-// noParameters refuses the parameters of other algorithms on l.
-func noParameters(l Limit) error {
-	if l.Burst != 0 {
-		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only token_bucket has)", l.Burst, l.Algorithm)
-	}
-	if l.SubWindows != 0 {
-		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only sliding_window has)", l.SubWindows, l.Algorithm)
-	}
-	return nil
-}
+// validate: a fixed window takes no parameter (its Traits say so).
+func (fixedWindow) validate(Limit) error { return nil }
 
 func (fixedWindow) capacity(l Limit) uint64 { return l.Requests }
 

@@ -30,9 +30,6 @@ import (
 type slidingWindow struct{}
 
 func (slidingWindow) validate(l Limit) error {
-	if l.Burst != 0 {
-		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only token_bucket has)", l.Burst, l.Algorithm)
-	}
 	w := l.Window.Milliseconds()
 	switch n := int64(l.SubWindows); {
 	case n > MaxSubWindows:

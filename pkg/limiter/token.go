@@ -48,9 +48,6 @@ func gcd(a, b uint64) uint64 {
 }
 
 func (tokenBucket) validate(l Limit) error {
-	if l.SubWindows != 0 {
-		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only sliding_window has)", l.SubWindows, l.Algorithm)
-	}
 	if l.Requests > MaxCount || l.Burst > MaxCount {
 		return fmt.Errorf("limiter: requests: %d requests and a burst of %d: both must be at most 2^52", l.Requests, l.Burst)
 	}
