@@ -3,7 +3,7 @@ package redis
 import (
 	"context"
 	"crypto/sha1"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"strings"
 	"sync/atomic"
@@ -11,8 +11,36 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-//go:embed limiter.lua
-var scriptBody string
+// luaFiles holds the script's parts (lua/header.lua says what each does).
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// luaOrder is the order in which the parts are joined after the protocol:
+// the header, the algorithms (sliding_sub extends sliding, concurrency
+// shares log's functions), then run, which the others' names must precede.
+var luaOrder = []string{"header", "sliding", "sliding_sub", "token", "fixed", "log", "concurrency", "run"}
+
+// scriptBody is the limiter script: luaProtocol, then the parts in
+// luaOrder, joined at build time into one chunk (its locals are shared
+// across the parts).
+var scriptBody = joinScript()
+
+// joinScript joins the script's parts. Every file in lua/ must be named in
+// luaOrder (a test holds them together).
+func joinScript() string {
+	var b strings.Builder
+	b.WriteString(luaProtocol())
+	for _, name := range luaOrder {
+		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
+		if err != nil {
+			panic("redis: the limiter script's part " + name + " is missing: " + err.Error()) // a build without it
+		}
+		b.WriteString("\n")
+		b.Write(src)
+	}
+	return b.String()
+}
 
 // The limiter script reaches Redis in one of two forms (limiter.lua's
 // header): a function library, loaded once per node with FUNCTION LOAD and
