@@ -6,9 +6,10 @@ import (
 )
 
 // Algorithm names the counting algorithm of a Limit. The zero value is
-// SlidingWindow, the default of DESIGN.md section 3. The numbers are part of
-// the protocol between Go and the Lua script of pkg/redis, which dispatches
-// on them: never renumber one.
+// SlidingWindow, the default. The numbers are part of the protocol between
+// Go and the Lua script of pkg/redis, which dispatches on them (each Lua file
+// registers under its config spelling, and pkg/redis gives the script the
+// numbers from this registry): never renumber one.
 type Algorithm uint8
 
 const (

@@ -11,8 +11,8 @@ import (
 // (section 3's all or nothing), so a client that keeps retrying is admitted
 // again at the next window; on any sequence of single hits inside one window
 // both give the same codes. It lets up to twice the limit through across a
-// window boundary, which is why it is not the default. Its Lua twin is the
-// fixed_window section of pkg/redis/limiter.lua.
+// window boundary, which is why it is not the default. Its Lua twin is
+// pkg/redis/lua/fixed.lua.
 //
 // Its State: At is the window index i = floor(now_ms / w), N1 the count.
 type fixedWindow struct{}

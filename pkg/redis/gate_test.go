@@ -42,7 +42,7 @@ func scriptCalls(t *testing.T, addr string) int {
 	return n
 }
 
-// TestShedBeforeRedis is the regression test of issue 12 item 6 in the
+// TestShedBeforeRedis: load is shed before Redis, not after, in the
 // Store: with a pool of 2 connections and Redis paused (SIGSTOP), of 10
 // concurrent decisions 2 go to Redis (and time out), the other 8 are
 // answered without being sent; once the node is known stalled, a decision
@@ -153,7 +153,7 @@ func TestGateEstimate(t *testing.T) {
 	}
 }
 
-// TestRefundWarnings is the regression test of issue 12 item 5: every
+// TestRefundWarnings holds the refund warnings to failures: once every
 // successful Cluster refund logged "refund failed" (its integer reply was
 // read as a list). Refunds that succeed log nothing; refunds that fail are
 // retried and logged at most once per interval, with the count of failed

@@ -93,7 +93,7 @@ func escapedLen(s string) int {
 }
 
 // packedLayout marks the keys of counters that are one packed string
-// (limiter.lua), read by the call's one MGET: sliding windows of N > 1
+// (lua/fixed.lua, token.lua, sliding_sub.lua), read by the call's one MGET: sliding windows of N > 1
 // sub-windows (N slots as narrow as their counts, and a head: "swd50"),
 // fixed windows ("fwd": window index and count) and token buckets ("tbd":
 // the bucket's t, f and d). The layouts they replaced were hashes ("sw50",

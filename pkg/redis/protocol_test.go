@@ -4,7 +4,6 @@ import (
 	"context"
 	"io/fs"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -67,26 +66,41 @@ func lookup(t *testing.T, name string) any {
 	return nil
 }
 
-// TestScriptParts: every file of lua/ is joined (luaOrder names it), and
-// run.lua, which reads the call's arguments and writes its reply, spells
-// no struct format of its own: it reads the protocol's, so the layout stays
-// defined once.
+// TestScriptParts: the script is the protocol, the header, the algorithms'
+// files and run.lua, in that order, and run.lua, which reads the call's
+// arguments and writes its reply, spells no struct format of its own: it
+// reads the protocol's, so the layout stays defined once.
 func TestScriptParts(t *testing.T) {
 	t.Parallel()
 	files, err := fs.Glob(luaFiles, "lua/*.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
+	at := func(f string) int {
+		src, err := luaFiles.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := strings.Index(scriptBody, string(src))
+		if i < 0 {
+			t.Errorf("the script does not hold %s", f)
+		}
+		return i
+	}
+	header, run := at("lua/header.lua"), at("lua/run.lua")
+	if !strings.HasPrefix(scriptBody, luaProtocol()) || header > run {
+		t.Errorf("the script does not start with the protocol, then lua/header.lua (at %d), and end with lua/run.lua (at %d)", header, run)
+	}
 	for _, f := range files {
-		if name := strings.TrimSuffix(strings.TrimPrefix(f, "lua/"), ".lua"); !slices.Contains(luaOrder, name) {
-			t.Errorf("%s is not in luaOrder: the script would not hold it", f)
+		if i := at(f); f != "lua/header.lua" && f != "lua/run.lua" && (i < header || i > run) {
+			t.Errorf("%s is at %d, not between the header (%d) and run.lua (%d)", f, i, header, run)
 		}
 	}
-	run, err := luaFiles.ReadFile("lua/run.lua")
+	src, err := luaFiles.ReadFile("lua/run.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lit := regexp.MustCompile(`'<[A-Za-z0-9]*'`).FindAllString(string(run), -1); len(lit) > 0 {
+	if lit := regexp.MustCompile(`'<[A-Za-z0-9]*'`).FindAllString(string(src), -1); len(lit) > 0 {
 		t.Errorf("run.lua spells struct formats %q: use the protocol's (protocol.go's layout)", lit)
 	}
 }

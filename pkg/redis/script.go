@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"io/fs"
 	"strings"
 	"sync/atomic"
 
@@ -16,25 +17,29 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// luaOrder is the order in which the parts are joined after the protocol:
-// the header, the algorithms (sliding_sub extends sliding, concurrency
-// shares log's functions), then run, which the others' names must precede.
-var luaOrder = []string{"header", "sliding", "sliding_sub", "token", "fixed", "log", "concurrency", "run"}
-
-// scriptBody is the limiter script: luaProtocol, then the parts in
-// luaOrder, joined at build time into one chunk (its locals are shared
-// across the parts).
+// scriptBody is the limiter script: luaProtocol, then lua/header.lua, the
+// algorithms' files in name order and lua/run.lua, joined at build time into
+// one chunk (each part's locals are seen by the parts after it).
 var scriptBody = joinScript()
 
-// joinScript joins the script's parts. Every file in lua/ must be named in
-// luaOrder (a test holds them together).
+// joinScript joins the script's parts.
 func joinScript() string {
+	files, err := fs.Glob(luaFiles, "lua/*.lua")
+	if err != nil {
+		panic("redis: " + err.Error()) // the pattern is valid
+	}
+	parts := []string{"lua/header.lua"}
+	for _, f := range files {
+		if f != "lua/header.lua" && f != "lua/run.lua" {
+			parts = append(parts, f) // fs.Glob sorts by name
+		}
+	}
 	var b strings.Builder
 	b.WriteString(luaProtocol())
-	for _, name := range luaOrder {
-		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
+	for _, f := range append(parts, "lua/run.lua") {
+		src, err := luaFiles.ReadFile(f)
 		if err != nil {
-			panic("redis: the limiter script's part " + name + " is missing: " + err.Error()) // a build without it
+			panic("redis: the limiter script's part " + f + " is missing: " + err.Error()) // a build without it
 		}
 		b.WriteString("\n")
 		b.Write(src)
@@ -42,8 +47,7 @@ func joinScript() string {
 	return b.String()
 }
 
-// The limiter script reaches Redis in one of two forms (limiter.lua's
-// header): a function library, loaded once per node with FUNCTION LOAD and
+// The limiter script reaches Redis in one of two forms (lua/header.lua): a function library, loaded once per node with FUNCTION LOAD and
 // called with FCALL (Redis 7 and later), whose helper functions are then
 // created once instead of on every call; or a script run with EVALSHA (EVAL
 // on NOSCRIPT), for a Redis without functions or a user refused them. The

@@ -3,5 +3,4 @@
 -- when a stream ends) removes the oldest members, not the newest, so the
 -- slots left are those acquired last and a slot never released frees itself
 -- one window after its acquire (run passes N = 1 for it: oldest).
-register('concurrency', { load = LOG.load, roll = LOG.roll, decide = LOG.decide, consume = LOG.consume,
-  report = LOG.report, store = LOG.store, undo = LOG.undo, oldest = true })
+register('concurrency', { like = 'sliding_log', oldest = true })

@@ -2,8 +2,9 @@
 -- limiter.Evaluate, joined at build time (script.go) from these files, in
 -- this order: the protocol (made by protocol.go from its layout table, so
 -- both sides read one definition), this header, one file per algorithm
--- named like its Go twin (sliding, sliding_sub, token, fixed, log,
--- concurrency), and run.lua, which decides a call.
+-- named like its Go twin (concurrency, fixed, log, sliding, sliding_sub,
+-- token: in name order, any order works), and run.lua, which decides a
+-- call. A file's locals are seen by the files after it.
 --
 -- One call decides a batch: several independent requests (entries) that
 -- concurrent decisions of one Sluice instance share, each all or nothing on
@@ -96,17 +97,38 @@ local ALG = {}
 
 -- register makes A the algorithm of the config spelling name, with the
 -- traits limiter's registry gives it (lease). With variant, A is the
--- variant of N > 1 sub-windows of an algorithm registered already.
+-- variant of N > 1 sub-windows of that algorithm. A may name, as like,
+-- another algorithm whose functions it takes for those it lacks (resolved
+-- on the first call, so that the files may come in any order).
 local function register(name, A, variant)
   local t = ALGORITHMS[name]
   if not t then
     error('sluice: ' .. name .. ' is not in limiter\'s registry')
   end
   A.lease = t.lease
+  local R = ALG[t.number] or {}
+  ALG[t.number] = R
   if variant then
-    ALG[t.number].sub = A
+    R.sub = A
   else
-    ALG[t.number] = A
+    for f, v in pairs(A) do
+      R[f] = v
+    end
+  end
+end
+
+-- resolve gives each algorithm registered like another the other's
+-- functions that it lacks.
+local function resolve()
+  for _, A in pairs(ALG) do
+    if A.like then
+      for f, v in pairs(ALG[ALGORITHMS[A.like].number]) do
+        if A[f] == nil then
+          A[f] = v
+        end
+      end
+      A.like = nil
+    end
   end
 end
 

@@ -1,5 +1,5 @@
 -- sliding_log (limiter.SlidingLog; log.go), whose functions concurrency.lua
--- shares: a sorted set per counter, one
+-- takes: a sorted set per counter, one
 -- member per counted hit, scored by its time; members are "<time>:<index>",
 -- the index (4 digits, so that members of one time sort by it) one more than
 -- the largest of that time. The state is s1 = the key, s2 = the count in
@@ -159,7 +159,5 @@ local function logUndo(key, _, count, _, w, _, t, token)
   return key, c, 0, 1
 end
 
--- LOG is the log's functions, which concurrency.lua registers too.
-local LOG = { load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume, report = logReport,
-  store = logStore, undo = logUndo }
-register('sliding_log', LOG)
+register('sliding_log', { load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume,
+  report = logReport, store = logStore, undo = logUndo })

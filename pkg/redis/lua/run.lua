@@ -19,11 +19,13 @@
 -- The flags' tests: f % FL2_X >= FL_X says that f has FL_X.
 local FL2_REFUND, FL2_SHADOW, FL2_EXCEEDS, FL2_QUOTA = 2 * FL_REFUND, 2 * FL_SHADOW, 2 * FL_EXCEEDS, 2 * FL_QUOTA
 
--- bind binds the library functions the hot path calls, on the first call.
+-- bind binds the library functions the hot path calls and resolves the
+-- algorithms registered like others, on the first call.
 local function bind()
   spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
   fmt, sub, byte = string.format, string.sub, string.byte
   SUBZERO = string.rep('\0', 8 * 64)
+  resolve()
 end
 
 -- clock sets now: arg, or Redis TIME for "".
