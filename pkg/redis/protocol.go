@@ -174,6 +174,7 @@ func luaProtocol() string {
 		fmt.Fprintf(&b, "  %s = { number = %d, lease = %t },\n", t.Name, a, t.Lease)
 	}
 	b.WriteString("}\n")
+	fmt.Fprintf(&b, "local NALGORITHMS = %d\n", len(limiter.Algorithms()))
 	return b.String()
 }
 

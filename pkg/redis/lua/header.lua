@@ -95,6 +95,10 @@ local pidx, pnames = {}, {}
 -- them.
 local ALG = {}
 
+-- FIELDS is what an algorithm's table may hold (a library being loaded
+-- may not call pairs, so register copies these by name).
+local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'oldest', 'like' }
+
 -- register makes A the algorithm of the config spelling name, with the
 -- traits limiter's registry gives it (lease). With variant, A is the
 -- variant of N > 1 sub-windows of that algorithm. A may name, as like,
@@ -110,21 +114,25 @@ local function register(name, A, variant)
   ALG[t.number] = R
   if variant then
     R.sub = A
-  else
-    for f, v in pairs(A) do
-      R[f] = v
-    end
+    return
   end
+  for i = 1, #FIELDS do
+    R[FIELDS[i]] = A[FIELDS[i]]
+  end
+  R.lease = t.lease
 end
 
 -- resolve gives each algorithm registered like another the other's
 -- functions that it lacks.
 local function resolve()
-  for _, A in pairs(ALG) do
-    if A.like then
-      for f, v in pairs(ALG[ALGORITHMS[A.like].number]) do
+  for n = 0, NALGORITHMS - 1 do
+    local A = ALG[n]
+    if A and A.like then
+      local L = ALG[ALGORITHMS[A.like].number]
+      for i = 1, #FIELDS do
+        local f = FIELDS[i]
         if A[f] == nil then
-          A[f] = v
+          A[f] = L[f]
         end
       end
       A.like = nil
