@@ -115,7 +115,9 @@ var parserProblems = map[string]bool{
 
 // syntaxError turns a yaml.v3 error into a positioned *Error. yaml.v3
 // gives the line where it found the problem, or where the construct that
-// holds it starts, and never a column, so the column is 1.
+// holds it starts, and never a column; diagnose looks for the mistake
+// itself from that line on. A mistake it does not recognise is reported
+// at yaml.v3's line, column 1, with yaml.v3's words.
 func (p *decoder) syntaxError(err error, data []byte) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
@@ -127,10 +129,14 @@ func (p *decoder) syntaxError(err error, data []byte) {
 				line++
 			}
 			// At the end of the input yaml.v3 may name the line after the last.
-			line = min(line, bytes.Count(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))+1)
+			line = min(line, lineCount(data))
 		}
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: 1, Msg: "invalid YAML: " + msg})
+	pos := Pos{Line: line, Column: 1}
+	if d, ok := diagnose(data, line, msg); ok {
+		pos, msg = d.pos, d.msg
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: pos.Line, Column: pos.Column, Msg: "invalid YAML: " + msg})
 }
 
 // decodeFile decodes one file into a Document, nil if the file has no
