@@ -72,13 +72,20 @@ function ruleCard(r, topN) {
   const title = el("h3", {}, el("span", { class: "muted" }, r.domain + " / "), r.rule);
   const tags = el("span", { class: "small muted" }, r.limit + (r.algorithm ? " · " + r.algorithm : ""));
   if (r.shadow) tags.append(" ", el("span", { class: "pill shadow" }, "shadow"));
+  const stats = el("dl", { class: "stats" },
+    stat("decisions/s", num(r.decisions_per_s), "decisions"),
+    stat("hits/s", num(r.hits_per_s), "hits"),
+    stat("over limit", pct(r.over_share), "over", r.over_share > 0),
+    stat("near limit", pct(r.near_share), "near"));
+  // Hits given back are not hits: a concurrency limit's releases, or
+  // refunds of any other limit, shown beside them when there are any.
+  const concurrency = (r.algorithm || "").split(", ").includes("concurrency");
+  if (concurrency || r.refunded_per_s > 0) {
+    stats.append(stat(concurrency ? "released/s" : "refunded/s", num(r.refunded_per_s), "refunded"));
+  }
   const card = el("article", { class: "card rule", "data-rule": id },
     el("header", {}, title, tags),
-    el("dl", { class: "stats" },
-      stat("decisions/s", num(r.decisions_per_s), "decisions"),
-      stat("hits/s", num(r.hits_per_s), "hits"),
-      stat("over limit", pct(r.over_share), "over", r.over_share > 0),
-      stat("near limit", pct(r.near_share), "near")),
+    stats,
     el("div", { class: "chart" }, chart(r.decisions, r.over, `decisions and over-limit hits per second, last 60 s, ${id}`)),
     el("div", { class: "legend" }, el("span", { class: "d" }, "decisions/s"), el("span", { class: "o" }, "over-limit hits/s")));
   if (r.values_hidden) {
