@@ -34,27 +34,31 @@ func artifactDir(t *testing.T) string {
 }
 
 var (
-	loadgenOnce sync.Once
-	loadgenBin  string
-	loadgenErr  error
+	commandsMu sync.Mutex
+	commands   = map[string]string{} // built binary of each cmd/NAME
 )
 
-// loadgen builds cmd/loadgen once per run and returns its path.
-func loadgen(t *testing.T) string {
-	loadgenOnce.Do(func() {
-		loadgenBin = filepath.Join(filepath.Dir(binary), "loadgen")
-		build := exec.Command("go", "build", "-o", loadgenBin, "./cmd/loadgen")
-		build.Dir = "../.."
-		if out, err := build.CombinedOutput(); err != nil {
-			loadgenErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if loadgenErr != nil {
-		t.Fatalf("building cmd/loadgen: %v (run 'go build ./cmd/loadgen' to see why)", loadgenErr)
+// command builds cmd/NAME once per run, beside the sluice binary, and
+// returns its path.
+func command(t *testing.T, name string) string {
+	t.Helper()
+	commandsMu.Lock()
+	defer commandsMu.Unlock()
+	if bin, ok := commands[name]; ok {
+		return bin
 	}
-	return loadgenBin
+	bin := filepath.Join(filepath.Dir(binary), name)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/%s: %v (run 'go build ./cmd/%s' to see why)\n%s", name, err, name, out)
+	}
+	commands[name] = bin
+	return bin
 }
+
+// loadgen builds cmd/loadgen once per run and returns its path.
+func loadgen(t *testing.T) string { return command(t, "loadgen") }
 
 // browser starts headless Debian chromium (no browser download, no network
 // beyond loopback: background networking, component updates, sync and QUIC
