@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -48,6 +49,10 @@ func column(s string, i int) int {
 type diagnosis struct {
 	pos Pos
 	msg string
+	// fixed is the mistake's line (pos.Line) as its author evidently
+	// meant it (a value quoted, a flow collection closed), "" when that is
+	// not certain. With it the rest of the file is still checked.
+	fixed string
 }
 
 // diagnose returns the mistake behind yaml.v3's error msg, which yaml.v3
@@ -91,7 +96,7 @@ func tabIndent(lines []srcLine, line int) (diagnosis, bool) {
 		lead := l.text[:len(l.text)-len(strings.TrimLeft(l.text, " \t"))]
 		if i := strings.IndexByte(lead, '\t'); i >= 0 && l.content() {
 			return diagnosis{Pos{Line: l.num, Column: column(l.text, i)},
-				"a tab in the indentation: YAML indents with spaces only"}, true
+				"a tab in the indentation: YAML indents with spaces only", ""}, true
 		}
 	}
 	return diagnosis{}, false
@@ -104,7 +109,7 @@ func badStart(lines []srcLine, line int) (diagnosis, bool) {
 	_, val, i := splitValue(l.text)
 	if val != "" && (val[0] == '@' || val[0] == '`') {
 		return diagnosis{Pos{Line: l.num, Column: column(l.text, i)},
-			fmt.Sprintf("a value cannot start with %q unquoted: quote it ('%s')", val[0], val)}, true
+			fmt.Sprintf("a value cannot start with %q unquoted: quote it ('%s')", val[0], val), quoted(l.text, i, val)}, true
 	}
 	return diagnosis{}, false
 }
@@ -122,7 +127,7 @@ func aliasStart(lines []srcLine, line int) (diagnosis, bool) {
 		what = "an anchor"
 	}
 	return diagnosis{Pos{Line: l.num, Column: column(l.text, i)},
-		fmt.Sprintf("a value starting with %q is read as %s: quote it ('%s')", val[0], what, val)}, true
+		fmt.Sprintf("a value starting with %q is read as %s: quote it ('%s')", val[0], what, val), quoted(l.text, i, val)}, true
 }
 
 // unknownAnchor finds the alias *name, which yaml.v3 reports with no line.
@@ -132,7 +137,7 @@ func unknownAnchor(lines []srcLine, name string) (diagnosis, bool) {
 		if loc := re.FindStringIndex(l.text); loc != nil && l.content() {
 			i := loc[0] + strings.IndexByte(l.text[loc[0]:], '*')
 			return diagnosis{Pos{Line: l.num, Column: column(l.text, i)},
-				fmt.Sprintf("*%s is an alias, but no anchor &%s comes before it (quote the value if it is text)", name, name)}, true
+				fmt.Sprintf("*%s is an alias, but no anchor &%s comes before it (quote the value if it is text)", name, name), ""}, true
 		}
 	}
 	return diagnosis{}, false
@@ -173,7 +178,7 @@ func colonInValue(lines []srcLine, line int) (diagnosis, bool) {
 		return diagnosis{}, false
 	}
 	return diagnosis{Pos{Line: l.num, Column: column(l.text, i+j)},
-		fmt.Sprintf("the value of %s holds \": \", which starts a mapping: quote the value ('%s')", quote(key), val)}, true
+		fmt.Sprintf("the value of %s holds \": \", which starts a mapping: quote the value ('%s')", quote(key), val), quoted(l.text, i, val)}, true
 }
 
 // unclosedFlow finds the open of the flow collection (a '{' mapping or a
@@ -191,9 +196,52 @@ func unclosedFlow(lines []srcLine, line int, open, close byte) (diagnosis, bool)
 		if open == '[' {
 			kind = "list"
 		}
-		return diagnosis{pos, fmt.Sprintf("this %q is never closed: end the %s with %q", open, kind, close)}, true
+		return diagnosis{pos, fmt.Sprintf("this %q is never closed: end the %s with %q", open, kind, close), closeFlow(l.text, at)}, true
 	}
-	return diagnosis{pos, fmt.Sprintf("want ',' or %q after each entry of the %q that starts here (a missing comma?)", close, open)}, true
+	return diagnosis{pos, fmt.Sprintf("want ',' or %q after each entry of the %q that starts here (a missing comma?)", close, open), ""}, true
+}
+
+// quoted is text with its value val, at byte i, single-quoted; "" when val
+// holds a quote (the repair would not be certain).
+func quoted(text string, i int, val string) string {
+	if strings.ContainsAny(val, `'"`) {
+		return ""
+	}
+	return text[:i] + "'" + val + "'" + text[i+len(val):]
+}
+
+// closeFlow is text with the flow collections still open after byte at
+// closed at the end of the line (before a comment); "" when the line ends
+// with a comma, that is, when the collection goes on below.
+func closeFlow(text string, at int) string {
+	var (
+		q     byte
+		open  []byte
+		end   = len(text)
+		pairs = map[byte]byte{'{': '}', '[': ']'}
+	)
+	for i := at; i < len(text); i++ {
+		switch c := text[i]; {
+		case q != 0:
+			if c == q {
+				q = 0
+			}
+		case c == '"' || c == '\'':
+			q = c
+		case c == '#' && text[i-1] == ' ':
+			end, i = i, len(text)
+		case c == '{' || c == '[':
+			open = append(open, pairs[c])
+		case (c == '}' || c == ']') && len(open) > 0:
+			open = open[:len(open)-1]
+		}
+	}
+	body := strings.TrimRight(text[:end], " \t")
+	if len(open) == 0 || q != 0 || strings.HasSuffix(body, ",") {
+		return ""
+	}
+	slices.Reverse(open)
+	return body + string(open) + text[len(body):]
 }
 
 // flowOpen is the byte offset of the first open outside quotes in text
@@ -343,10 +391,10 @@ func misindentMessage(l srcLine, t string, stack []indentLevel, popped *indentLe
 	pos := Pos{Line: l.num, Column: l.indent + 1}
 	top := stack[len(stack)-1]
 	if popped == nil {
-		return diagnosis{pos, fmt.Sprintf("%s is indented %s, deeper than line %d (%s), whose key already has its value on its line: line it up with the mapping it belongs to",
+		return diagnosis{pos: pos, msg: fmt.Sprintf("%s is indented %s, deeper than line %d (%s), whose key already has its value on its line: line it up with the mapping it belongs to",
 			what, spaces(l.indent), top.line, spaces(top.indent))}
 	}
-	return diagnosis{pos, fmt.Sprintf("%s is indented %s, but the lines before it are at %d (line %d) or %d (line %d): line it up with the one it belongs to",
+	return diagnosis{pos: pos, msg: fmt.Sprintf("%s is indented %s, but the lines before it are at %d (line %d) or %d (line %d): line it up with the one it belongs to",
 		what, spaces(l.indent), popped.indent, popped.line, top.indent, top.line)}
 }
 
@@ -378,6 +426,27 @@ func flowDepth(text string, depth int) int {
 		}
 	}
 	return depth
+}
+
+// replaceLine returns data with its line n (1-based) replaced by text,
+// the line break kept.
+func replaceLine(data []byte, n int, text string) []byte {
+	start := 0
+	for range n - 1 {
+		i := bytes.IndexByte(data[start:], '\n')
+		if i < 0 {
+			return nil
+		}
+		start += i + 1
+	}
+	end := len(data)
+	if i := bytes.IndexByte(data[start:], '\n'); i >= 0 {
+		end = start + i
+	}
+	if end > start && data[end-1] == '\r' {
+		end--
+	}
+	return slices.Concat(data[:start], []byte(text), data[end:])
 }
 
 // lineCount is the number of lines of data (a final line break ends the

@@ -64,9 +64,12 @@
 // unquoted value starting with '*', '&', '@' or holding ": ", an alias with
 // no anchor) it is at the line and column of the mistake and says what is
 // wrong; for others it keeps yaml.v3's words and line (which may be the
-// start of the block that holds the problem) at column 1. A file with a
-// syntax error reports only that one; the other files of a load are still
-// checked and all their problems reported. A file that cannot be read has
+// start of the block that holds the problem) at column 1. When the repair
+// is certain (a value to quote, a '{' or '[' to close at the end of its
+// line) the rest of the file is still checked, so its other problems show
+// in the same run; after any other syntax error the file reports only
+// that one. The other files of a load are always checked and all their
+// problems reported. A file that cannot be read has
 // no line or column ("file: cannot read: ...").
 //
 // Bounds, so that no file can stall a reload (aliases can make a small
