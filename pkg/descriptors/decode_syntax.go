@@ -73,6 +73,8 @@ func diagnose(data []byte, line int, msg string) (diagnosis, bool) {
 		return aliasStart(lines, line)
 	case strings.HasPrefix(msg, "unknown anchor '"):
 		return unknownAnchor(lines, strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced"))
+	case msg == "found unexpected end of stream":
+		return unclosedQuote(lines)
 	case msg == "did not find expected ',' or '}'":
 		return unclosedFlow(lines, line, '{', '}')
 	case msg == "did not find expected ',' or ']'":
@@ -138,6 +140,22 @@ func unknownAnchor(lines []srcLine, name string) (diagnosis, bool) {
 			i := loc[0] + strings.IndexByte(l.text[loc[0]:], '*')
 			return diagnosis{Pos{Line: l.num, Column: column(l.text, i)},
 				fmt.Sprintf("*%s is an alias, but no anchor &%s comes before it (quote the value if it is text)", name, name), ""}, true
+		}
+	}
+	return diagnosis{}, false
+}
+
+// unclosedQuote finds the first quoted value whose quote its line does not
+// close (yaml.v3 reports where the file ends instead).
+func unclosedQuote(lines []srcLine) (diagnosis, bool) {
+	for _, l := range lines {
+		_, val, i := splitValue(l.text)
+		if val == "" || val[0] != '"' && val[0] != '\'' || !l.content() {
+			continue
+		}
+		if j := strings.LastIndexByte(l.text, val[0]); j == i || val[0] == '"' && l.text[j-1] == '\\' {
+			return diagnosis{pos: Pos{Line: l.num, Column: column(l.text, i)},
+				msg: fmt.Sprintf("this %q is never closed: end the value with %q on its line", val[0], val[0])}, true
 		}
 	}
 	return diagnosis{}, false

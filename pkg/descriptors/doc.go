@@ -61,7 +61,7 @@
 // message says what was found and what is allowed. A YAML syntax error has
 // no path. For the common mistakes (a mis-indented key or list item, an
 // unclosed '{' or '[', a missing comma in one, a tab in the indentation, an
-// unquoted value starting with '*', '&', '@' or holding ": ", an alias with
+// unquoted value starting with '*', '&', '@' or holding ": ", an unclosed quote, an alias with
 // no anchor) it is at the line and column of the mistake and says what is
 // wrong; for others it keeps yaml.v3's words and line (which may be the
 // start of the block that holds the problem) at column 1. When the repair
