@@ -147,10 +147,10 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 		IdleTimeout: httpIdleTimeout, MaxHeaderBytes: httpMaxHeaderBytes}
 
 	if srv.grpcLn, err = listen(s.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, fmt.Errorf("--grpc-addr: %w (set --grpc-addr to another address)", err)
 	}
 	if srv.httpLn, err = net.Listen("tcp", s.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("--http-addr: %w", err)
+		return nil, fmt.Errorf("--http-addr: %w (set --http-addr to another address)", err)
 	}
 	if err := srv.bindExtra(); err != nil {
 		return nil, err

@@ -536,3 +536,28 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestBindErrorHints checks that an address already in use names the
+// setting to change, for the gRPC and HTTP listeners as for the debug one.
+func TestBindErrorHints(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flag := range []string{"--grpc-addr", "--http-addr", "--debug-addr"} {
+		t.Run(flag, func(t *testing.T) {
+			args := []string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"}
+			args = append(args, flag, taken.Addr().String())
+			s, err := parseSettings(args, func(string) string { return "" }, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = newServer(s, zap.NewNop())
+			want := "(set " + flag + " to another address"
+			if err == nil || !strings.HasPrefix(err.Error(), flag+": ") || !strings.Contains(err.Error(), want) {
+				t.Fatalf("newServer with %s taken = %v, want %q and %q in it", flag, err, flag+": ", want)
+			}
+		})
+	}
+}
