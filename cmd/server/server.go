@@ -249,6 +249,9 @@ func (srv *server) newServices() error {
 		MaxDescriptors:  s.MaxDescriptors,
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,
+		// The HTTP port's /json is reached by more than Envoy.
+		JSONHitsAddend:        s.JSONHitsAddend,
+		JSONHitsAddendSetting: "--json-hits-addend",
 	})
 	return srv.newQuota()
 }

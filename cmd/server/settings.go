@@ -43,6 +43,9 @@ type settings struct {
 	RedisTLSNoHost  bool
 	RedisSentAuth   string
 	HTTPReadTimeout time.Duration
+	// JSONHitsAddend is --json-hits-addend: POST /json may refund and add
+	// more than one hit (rls.Options.JSONHitsAddend).
+	JSONHitsAddend  bool
 	RedisURL        string
 	RedisSentinel   string
 	RedisSentinels  string
@@ -127,6 +130,7 @@ func (s *settings) table() []setting {
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
+		{"json-hits-addend", "let POST /json refund (is_negative_hits) and send hits_addend above 1, as gRPC may; off, such a request gets 400 (the HTTP port is reached by kubelets and Prometheus, not only Envoy)", "false", &s.JSONHitsAddend},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
 		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},
 		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
