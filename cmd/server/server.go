@@ -257,7 +257,8 @@ func (srv *server) newServices() error {
 }
 
 // newConfig sets up the config source the settings name: --xds-server, or
-// the files of --config, loaded once now. A bad config at start is not
+// the files of --config, loaded once now, waiting for that load at most
+// firstLoadWait (then the listeners open, not ready until it ends). A bad config at start is not
 // fatal: Sluice serves NOT_SERVING (and answers UNAVAILABLE) until a good
 // one loads, unless --start-without-config makes it serve an empty config
 // (every domain unknown, answered OK) until then.
@@ -281,7 +282,7 @@ func (srv *server) newConfig() error {
 	files := newFileSource(s.Config, s.selection(), s.ReloadDebounce, log)
 	srv.config = newConfigState(srv.reg, srv.core, files, log)
 	srv.config.version = versionString()
-	files.load(srv.config.deliver)
+	files.loadFirst(srv.config.deliver, firstLoadWait)
 	return nil
 }
 

@@ -45,7 +45,10 @@ type settings struct {
 	HTTPReadTimeout time.Duration
 	// JSONHitsAddend is --json-hits-addend: POST /json may refund and add
 	// more than one hit (rls.Options.JSONHitsAddend).
-	JSONHitsAddend  bool
+	JSONHitsAddend bool
+	// ConfigMaxBytes is --config-max-bytes: the largest config file read
+	// (descriptors.Selection.MaxFileBytes).
+	ConfigMaxBytes  int
 	RedisURL        string
 	RedisSentinel   string
 	RedisSentinels  string
@@ -119,6 +122,7 @@ func (s *settings) table() []setting {
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"config-tree", "load every file below the --config directory, of any extension, subdirectories included (envoyproxy/ratelimit's layout)", "false", &s.ConfigTree},
 		{"config-dotfiles", "with --config-tree, load files whose names start with '.' too (never Kubernetes' ..data)", "false", &s.ConfigDotfiles},
+		{"config-max-bytes", "largest config file read, in bytes: a larger one is a config error naming it (entries that are not regular files, such as pipes and devices, are skipped with a warning)", strconv.Itoa(descriptors.DefaultMaxFileBytes), &s.ConfigMaxBytes},
 		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection); unix:PATH for a unix socket", ":8081", &s.GRPCAddr},
 		{"grpc-max-connection-age", "close each gRPC connection after this long (GOAWAY, ±10% jitter) so Envoy spreads over new replicas; 0s: never", "24h", &s.GRPCMaxAge},
 		{"grpc-max-connection-age-grace", "time the calls in flight get after --grpc-max-connection-age before the connection is cut", "1h", &s.GRPCMaxAgeGrace},
@@ -495,10 +499,12 @@ func (s *settings) validateDropIn() error {
 // *.yml, or with --config-tree every file below it (envoyproxy/ratelimit's
 // layout), dotfiles per --config-dotfiles.
 func (s *settings) selection() descriptors.Selection {
+	sel := descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
 	if !s.ConfigTree {
-		return descriptors.YAMLFiles
+		sel = descriptors.YAMLFiles
 	}
-	return descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
+	sel.MaxFileBytes, sel.MaxFileSetting = int64(s.ConfigMaxBytes), "--config-max-bytes"
+	return sel
 }
 
 // compatNames is CompatNames, validated.
