@@ -9,10 +9,13 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // Settings selects and tunes the Redis that Open connects to. Exactly one
@@ -273,4 +276,49 @@ func Redacted(rawURL string) string {
 		return rawURL // a user name only
 	}
 	return rawURL[:start+colon+1] + "xxxxx" + rawURL[at:]
+}
+
+// Ready prepares the Store to answer at once: it opens the connection pool
+// of every master (PoolSize connections each, or go-redis's default) and
+// loads the limiter library (Warm). It returns nil only when all of it
+// succeeded, and an error wrapping limiter.ErrStoreUnavailable otherwise;
+// it may be called again after an error. A readiness check that waits for
+// it keeps a new instance out of a load balancer until its decisions need
+// no dial: under load, a first call that dials inside its CallTimeout times
+// out, and the node counts as stalled until a PING answers. It is safe for
+// concurrent use; each call takes at most about PingTimeout.
+func (s *Store) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	var err error
+	switch c := s.c.(type) {
+	case *goredis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return openPool(ctx, n) })
+	case *goredis.Client:
+		err = openPool(ctx, c)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: open redis connections: %w", limiter.ErrStoreUnavailable, err)
+	}
+	return s.Warm(ctx)
+}
+
+// openPool dials the connections of c's pool that are not open yet, all at
+// once, and leaves them idle in the pool.
+func openPool(ctx context.Context, c *goredis.Client) error {
+	n := c.Options().PoolSize
+	conns := make([]*goredis.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			conns[i] = c.Conn()
+			errs[i] = conns[i].Ping(ctx).Err()
+		})
+	}
+	wg.Wait()
+	for _, cn := range conns {
+		cn.Close() // back to the pool, open
+	}
+	return errors.Join(errs...)
 }
