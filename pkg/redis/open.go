@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -303,22 +302,24 @@ func (s *Store) Ready(ctx context.Context) error {
 	return s.Warm(ctx)
 }
 
-// openPool dials the connections of c's pool that are not open yet, all at
-// once, and leaves them idle in the pool.
+// openPool dials the connections of c's pool that are not open yet and
+// leaves them idle in the pool. It dials one after another: go-redis's
+// connection handshake is not safe for concurrent use through several
+// Conns of one client (the race detector finds it), and a dial is a few
+// round trips, so a pool of 20 opens within milliseconds.
 func openPool(ctx context.Context, c *goredis.Client) error {
-	n := c.Options().PoolSize
-	conns := make([]*goredis.Conn, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Go(func() {
-			conns[i] = c.Conn()
-			errs[i] = conns[i].Ping(ctx).Err()
-		})
+	conns := make([]*goredis.Conn, 0, c.Options().PoolSize)
+	defer func() {
+		for _, cn := range conns {
+			cn.Close() // back to the pool, open
+		}
+	}()
+	for range cap(conns) {
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err := cn.Ping(ctx).Err(); err != nil {
+			return err
+		}
 	}
-	wg.Wait()
-	for _, cn := range conns {
-		cn.Close() // back to the pool, open
-	}
-	return errors.Join(errs...)
+	return nil
 }
