@@ -43,6 +43,12 @@ type settings struct {
 	RedisTLSNoHost  bool
 	RedisSentAuth   string
 	HTTPReadTimeout time.Duration
+	// JSONHitsAddend is --json-hits-addend: POST /json may refund and add
+	// more than one hit (rls.Options.JSONHitsAddend).
+	JSONHitsAddend bool
+	// ConfigMaxBytes is --config-max-bytes: the largest config file read
+	// (descriptors.Selection.MaxFileBytes).
+	ConfigMaxBytes  int
 	RedisURL        string
 	RedisSentinel   string
 	RedisSentinels  string
@@ -116,6 +122,7 @@ func (s *settings) table() []setting {
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"config-tree", "load every file below the --config directory, of any extension, subdirectories included (envoyproxy/ratelimit's layout)", "false", &s.ConfigTree},
 		{"config-dotfiles", "with --config-tree, load files whose names start with '.' too (never Kubernetes' ..data)", "false", &s.ConfigDotfiles},
+		{"config-max-bytes", "largest config file read, in bytes: a larger one is a config error naming it (entries that are not regular files, such as pipes and devices, are skipped with a warning)", strconv.Itoa(descriptors.DefaultMaxFileBytes), &s.ConfigMaxBytes},
 		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection); unix:PATH for a unix socket", ":8081", &s.GRPCAddr},
 		{"grpc-max-connection-age", "close each gRPC connection after this long (GOAWAY, ±10% jitter) so Envoy spreads over new replicas; 0s: never", "24h", &s.GRPCMaxAge},
 		{"grpc-max-connection-age-grace", "time the calls in flight get after --grpc-max-connection-age before the connection is cut", "1h", &s.GRPCMaxAgeGrace},
@@ -127,6 +134,7 @@ func (s *settings) table() []setting {
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
+		{"json-hits-addend", "let POST /json refund (is_negative_hits) and send hits_addend above 1, as gRPC may; off, such a request gets 400 (the HTTP port is reached by kubelets and Prometheus, not only Envoy)", "false", &s.JSONHitsAddend},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
 		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},
 		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
@@ -491,10 +499,12 @@ func (s *settings) validateDropIn() error {
 // *.yml, or with --config-tree every file below it (envoyproxy/ratelimit's
 // layout), dotfiles per --config-dotfiles.
 func (s *settings) selection() descriptors.Selection {
+	sel := descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
 	if !s.ConfigTree {
-		return descriptors.YAMLFiles
+		sel = descriptors.YAMLFiles
 	}
-	return descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
+	sel.MaxFileBytes, sel.MaxFileSetting = int64(s.ConfigMaxBytes), "--config-max-bytes"
+	return sel
 }
 
 // compatNames is CompatNames, validated.

@@ -60,6 +60,14 @@ type Options struct {
 	// request over them gets INVALID_ARGUMENT and touches no counter. Zero
 	// means the Default constants.
 	MaxDescriptors, MaxEntries, MaxKeyBytes int
+	// JSONHitsAddend lets POST /json (JSONHandler) refund hits
+	// (is_negative_hits) and send a hits_addend above 1, as gRPC may.
+	// False, such a request is refused with 400: the HTTP port is reached
+	// by far more than Envoy (kubelets, Prometheus), and either field lets
+	// its sender reset or drain any counter. JSONHitsAddendSetting names the
+	// setting that turns it on, for that 400's message.
+	JSONHitsAddend        bool
+	JSONHitsAddendSetting string
 }
 
 // Service answers ShouldRateLimit calls: it validates and converts Envoy's
