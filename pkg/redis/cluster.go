@@ -410,3 +410,11 @@ func fill(results []limiter.Result, g *group, admitted bool) {
 		}
 	}
 }
+
+// request is a copy of e's request without its reply, for a run of its own
+// while a call that outlasted its deadline may still write e's reply (the
+// request fields are never written once e is submitted).
+func (e *entry) request() *entry {
+	return &entry{kind: e.kind, full: e.full, lease: e.lease, keys: e.keys, specs: e.specs, hits: e.hits,
+		undo: e.undo, ttl: e.ttl}
+}

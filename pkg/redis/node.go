@@ -252,61 +252,25 @@ func (n *node) clock() string {
 
 // runEntries decides ps on c under ctx: one script call per slot (and per
 // maxBatchEntries, maxBatchKeys), all in one pipeline, and returns each
-// entry's error, in the order of ps (nil: its reply is in its entry). A
-// call that may have run is never sent again: only one that the server
-// refused unrun (its function or script missing) is, once loaded.
+// entry's error, in the order of ps (nil: its reply is in its entry). An
+// entry that does not fit the layout, or that the script failed alone,
+// fails alone: the others of its call keep their replies. A call that may
+// have run is never sent again: only one that the server refused unrun
+// (its function or script missing) is, once loaded.
 func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps []*pending) []error {
-	type call struct {
-		order []int // indices into ps, in ps's order within the slot
-		es    []*entry
-		keys  []string
-		args  []any
-		cmd   *goredis.Cmd
-	}
 	errs := make([]error, len(ps))
-	order := make([]int, len(ps))
-	for i := range order {
-		order[i] = i
+	order := make([]int, 0, len(ps))
+	for i, p := range ps {
+		if errs[i] = p.e.check(); errs[i] == nil {
+			order = append(order, i)
+		}
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return ps[a].slot - ps[b].slot })
-	var calls []call
-	for i := 0; i < len(order); {
-		j, nk := i, 0
-		for j < len(order) && ps[order[j]].slot == ps[order[i]].slot && j-i < maxBatchEntries &&
-			(j == i || nk+len(ps[order[j]].e.keys) <= maxBatchKeys) {
-			nk += len(ps[order[j]].e.keys)
-			j++
+	calls := batchCalls(ps, order, now)
+	if err := sendCalls(ctx, c, k, calls); err != nil {
+		for _, i := range order {
+			errs[i] = err
 		}
-		es := make([]*entry, j-i)
-		for x := range es {
-			es[x] = ps[order[i+x]].e
-		}
-		keys, specs, prog := encode(es)
-		calls = append(calls, call{order: order[i:j], es: es, keys: keys, args: []any{now, specs, prog}})
-		i = j
-	}
-	if len(calls) == 1 {
-		calls[0].cmd = k.run(ctx, c, calls[0].keys, calls[0].args)
-	} else {
-		if k.mode.Load() == modeUnknown {
-			if err := k.load(ctx, c); err != nil {
-				err = fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
-				for i := range errs {
-					errs[i] = err
-				}
-				return errs
-			}
-		}
-		pipe := c.Pipeline()
-		for i := range calls {
-			calls[i].cmd = k.queue(ctx, pipe, calls[i].keys, calls[i].args)
-		}
-		_, _ = pipe.Exec(ctx) // errors are per call
-		for i := range calls {
-			if notLoaded(calls[i].cmd.Err()) {
-				calls[i].cmd = k.run(ctx, c, calls[i].keys, calls[i].args)
-			}
-		}
+		return errs
 	}
 	for _, cl := range calls {
 		err := cl.cmd.Err()
@@ -324,12 +288,75 @@ func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps [
 		for x, i := range cl.order {
 			errs[i] = err
 			if err == nil && cl.es[x].err != nil {
-				// This entry failed alone; the call decided the others.
-				errs[i] = fmt.Errorf("%w: %w", limiter.ErrStoreUnavailable, cl.es[x].err)
+				errs[i] = fmt.Errorf("%w: limiter script failed this decision alone: %w", limiter.ErrStoreUnavailable, cl.es[x].err)
 			}
 		}
 	}
 	return errs
+}
+
+// call is one script call of runEntries: entries of one slot.
+type call struct {
+	order []int // indices into runEntries's ps, in ps's order within the slot
+	es    []*entry
+	keys  []string
+	args  []any
+	cmd   *goredis.Cmd
+}
+
+// batchCalls groups ps[order] (checked entries) into script calls: by slot,
+// in slot order, at most maxBatchEntries entries and maxBatchKeys keys a
+// call (an entry with more keys goes alone), each encoded with the clock
+// now.
+func batchCalls(ps []*pending, order []int, now string) []call {
+	slices.SortStableFunc(order, func(a, b int) int { return ps[a].slot - ps[b].slot })
+	var calls []call
+	for i := 0; i < len(order); {
+		j, nk := i, 0
+		for j < len(order) && ps[order[j]].slot == ps[order[i]].slot && j-i < maxBatchEntries &&
+			(j == i || nk+len(ps[order[j]].e.keys) <= maxBatchKeys) {
+			nk += len(ps[order[j]].e.keys)
+			j++
+		}
+		es := make([]*entry, j-i)
+		for x := range es {
+			es[x] = ps[order[i+x]].e
+		}
+		keys, specs, prog := encode(es)
+		calls = append(calls, call{order: order[i:j], es: es, keys: keys, args: []any{now, specs, prog}})
+		i = j
+	}
+	return calls
+}
+
+// sendCalls makes calls on c under ctx, several in one pipeline, and leaves
+// each call's result in its cmd; a call the server refused unrun (its
+// function or script missing) is sent again once loaded. It returns an
+// error, and sends nothing, when the script's mode cannot be decided.
+func sendCalls(ctx context.Context, c scriptClient, k *caller, calls []call) error {
+	switch len(calls) {
+	case 0:
+		return nil
+	case 1:
+		calls[0].cmd = k.run(ctx, c, calls[0].keys, calls[0].args)
+		return nil
+	}
+	if k.mode.Load() == modeUnknown {
+		if err := k.load(ctx, c); err != nil {
+			return fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
+		}
+	}
+	pipe := c.Pipeline()
+	for i := range calls {
+		calls[i].cmd = k.queue(ctx, pipe, calls[i].keys, calls[i].args)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per call
+	for i := range calls {
+		if notLoaded(calls[i].cmd.Err()) {
+			calls[i].cmd = k.run(ctx, c, calls[i].keys, calls[i].args)
+		}
+	}
+	return nil
 }
 
 // errMoved wraps the error of a call that a Cluster node refused because

@@ -113,8 +113,9 @@ const (
 	maxMessage  = 200
 
 	// maxBatchKeys bounds the keys of one script call (its key indexes are
-	// 16 bits), maxBatchEntries its entries and maxEntryCount the hits or
-	// counters of one entry (fmtEntry's count).
+	// 16 bits), maxBatchEntries its entries and maxEntryCount the hits, keys
+	// or undo tokens of one entry (fmtEntry's count; an entry over it is
+	// refused alone, before any call: check).
 	maxBatchKeys    = 1 << 15
 	maxBatchEntries = 256
 	maxEntryCount   = math.MaxUint16
@@ -218,12 +219,15 @@ type entry struct {
 	err      error   // the entry raised an error in the script (entryFailed, undoFailed)
 }
 
-// request is a copy of e's request without its reply, for a run of its own
-// while a call that outlasted its deadline may still write e's reply (the
-// request fields are never written once e is submitted).
-func (e *entry) request() *entry {
-	return &entry{kind: e.kind, full: e.full, lease: e.lease, keys: e.keys, specs: e.specs, hits: e.hits,
-		undo: e.undo, ttl: e.ttl}
+// check returns an error when e does not fit the layout (its counts and
+// key indexes are 16 bits: maxEntryCount): such an entry is never sent,
+// and only its own decision fails.
+func (e *entry) check() error {
+	if len(e.keys) > maxEntryCount || len(e.hits) > maxEntryCount || len(e.undo)/2 > maxEntryCount {
+		return fmt.Errorf("%w: a decision of %d hits on %d counters is more than one limiter script entry holds (%d)",
+			limiter.ErrStoreUnavailable, len(e.hits), len(e.keys), maxEntryCount)
+	}
+	return nil
 }
 
 // keySpec is a counter's identity beside its key (fmtSpec): what the script
