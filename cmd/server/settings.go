@@ -128,7 +128,7 @@ func (s *settings) table() []setting {
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
-		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},
+		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/), loopback only by default; empty turns it off", "127.0.0.1:6070", &s.DebugAddr},
 		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
 		{"metrics-path", "path of the metrics on --metrics-addr", "/metrics", &s.MetricsPath},
 		{"compat-metrics", "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_*{domain,key1,key2}, ...)", "false", &s.CompatMetrics},
