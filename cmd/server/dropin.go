@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -189,6 +190,23 @@ func rlLimit(l *descriptors.Limit) string {
 		s += fmt.Sprintf(" burst=%d", l.Burst)
 	}
 	return s
+}
+
+// configLoads returns the config loads that succeeded and those that
+// failed so far (sluice_config_loads_total), for envoyproxy/ratelimit's
+// config-load counters; none before the config source is set up.
+func (srv *server) configLoads() (ok, failed uint64) {
+	if srv.config == nil {
+		return 0, 0
+	}
+	value := func(result string) uint64 {
+		var m dto.Metric
+		if err := srv.config.reloads.WithLabelValues(result).Write(&m); err != nil {
+			return 0
+		}
+		return uint64(m.GetCounter().GetValue())
+	}
+	return value("ok"), value("error")
 }
 
 // metricsHandler serves the metrics alone at --metrics-path, for
