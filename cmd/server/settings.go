@@ -202,8 +202,13 @@ func envName(flagName string) string {
 // variables, in that order of precedence. It returns an error naming the
 // flag or variable for a value that does not parse or is out of range, and
 // for a peer setting Sluice refuses. --help prints the usage to helpOut.
-func parseSettings(args []string, getenv func(string) string, helpOut io.Writer) (*settings, error) {
-	peer, err := readPeerEnv(getenv)
+// emptyVars names the variables set to the empty string (getenv returns ""
+// for them as for unset ones), as emptyEnv finds them.
+func parseSettings(args []string, getenv func(string) string, helpOut io.Writer, emptyVars ...string) (*settings, error) {
+	peer, err := readPeerEnv(getenv, emptyVars...)
+	if err == nil {
+		err = peer.defaults()
+	}
 	if err == nil {
 		err = applyOtelFallbacks(peer) // tracing.go
 	}
@@ -246,7 +251,26 @@ func parseSettings(args []string, getenv func(string) string, helpOut io.Writer)
 			peer.override(f.Name, "--"+f.Name)
 		}
 	})
+	peer.inForce(fs)
+	if peer.redisDefaulted() && (s.RedisCluster != "" || s.RedisSentinel != "") && !peer.overridden("redis-url") {
+		// A Cluster or Sentinel given by flag or SLUICE_* replaces the
+		// peer's default socket, which is no node of it.
+		s.RedisURL = ""
+		peer.override("redis-url", "--redis-cluster-addrs or --redis-sentinel-master")
+	}
 	return s, s.validate()
+}
+
+// emptyEnv returns the names of the variables of environ (as os.Environ
+// returns it) that are set to the empty string.
+func emptyEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if k, v, _ := strings.Cut(kv, "="); v == "" {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // usageText opens the --help output.
