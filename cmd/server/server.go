@@ -235,6 +235,9 @@ func (srv *server) newServices() error {
 	var observers []ratelimit.Observer
 	if s.CompatMetrics {
 		pm, err := ratelimit.NewPeerMetrics(srv.reg, s.nearLimitRatio())
+		if err == nil {
+			err = ratelimit.RegisterPeerConfigLoads(srv.reg, srv.configLoads) // dropin.go
+		}
 		if err != nil {
 			return err
 		}

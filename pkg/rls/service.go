@@ -283,10 +283,13 @@ func newResponse(n int, withHeaders bool) (*rlsv3.RateLimitResponse, responseMem
 	return resp, m
 }
 
-// setDuration sets dp to d, as durationpb.New does, and returns it.
+// setDuration sets dp to d rounded up to whole seconds, and returns it.
+// Envoy truncates duration_until_reset to whole seconds for its
+// x-ratelimit-reset header, so a fraction would promise the reset too
+// early; envoyproxy/ratelimit's are whole seconds too, and the RateLimit
+// header's t and Retry-After round up the same way (ceilSeconds).
 func setDuration(dp *durationpb.Duration, d time.Duration) *durationpb.Duration {
-	nanos := d.Nanoseconds()
-	dp.Seconds, dp.Nanos = nanos/1e9, int32(nanos%1e9)
+	dp.Seconds, dp.Nanos = ceilSeconds(d), 0
 	return dp
 }
 
