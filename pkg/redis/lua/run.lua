@@ -95,13 +95,12 @@ local function prefetch(KEYS, nk)
   end
 end
 
--- load loads and rolls key k, unless the call has already.
+-- load loads and rolls key k (callers test ox[k] == 0 first: the call
+-- has not loaded it, which prefetch makes rare).
 local function load(KEYS, k)
-  if ox[k] == 0 then
-    local A, w, N = KA[k], KW[k], KN[k]
-    o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
-    s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
-  end
+  local A, w, N = KA[k], KW[k], KN[k]
+  o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+  s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
 end
 
 -- undoEntry decides the undo of count counters at p (after its F_ENTRY)
@@ -117,7 +116,9 @@ local function undoEntry(KEYS, prog, p, count)
   for _ = 1, count do
     local k, u1, u2, ch
     k, u1, u2, p = sunpack(F_UNDOKEY, prog, p)
-    load(KEYS, k)
+    if ox[k] == 0 then
+      load(KEYS, k)
+    end
     local A, w, N = KA[k], KW[k], KN[k]
     s1[k], s2[k], s3[k], ch = A.undo(KEYS[k], s1[k], s2[k], s3[k], w, N, u1, u2)
     if ch == 1 then
@@ -145,7 +146,9 @@ local function readHits(KEYS, prog, p, count, e)
       nek = nek + 1
       ek[nek] = k
       inc[k], dec[k], odi[k], ask[k], first[k] = 0, 0, 0, hl[h], h
-      load(KEYS, k)
+      if ox[k] == 0 then
+        load(KEYS, k)
+      end
     else
       ask[k] = 0 -- a lease needs its key's only hit
     end
@@ -300,7 +303,9 @@ end
 local function oneEntry(KEYS, prog, p)
   local k, L, B, n
   k, L, B, n, p = sunpack(F_HITPLAIN, prog, p)
-  load(KEYS, k)
+  if ox[k] == 0 then
+    load(KEYS, k)
+  end
   local A, w, N = KA[k], KW[k], KN[k]
   local a, b, c = s1[k], s2[k], s3[k]
   local allowed, retry1 = A.decide(a, b, c, w, L, n, B, N)
@@ -341,7 +346,9 @@ local function plainEntry(KEYS, prog, p, count, nout)
     k, hL[h], hB[h], hn[h], p = sunpack(F_HITPLAIN, prog, p)
     p = p + Z_HITREST
     hk[h] = k
-    load(KEYS, k)
+    if ox[k] == 0 then
+      load(KEYS, k)
+    end
     ok[h], retry[h] = KA[k].decide(s1[k], s2[k], s3[k], KW[k], hL[h], hn[h], hB[h], KN[k])
     admitted = admitted and ok[h]
   end
