@@ -125,10 +125,11 @@ func newLeases(o leaseOptions) *leases {
 
 // leasable reports whether h can be served from a lease: an enforced
 // increment (not shadow, refund, quota or overdraw, whose meanings need
-// Redis) of a fixed or sliding window, whose hits fit the limit.
+// Redis) of an algorithm that leases (limiter.Traits.Lease: the fixed and
+// sliding windows), whose hits fit the limit.
 func leasable(h limiter.Hit) bool {
 	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && h.Hits > 0 && h.Hits <= h.Limit.Requests &&
-		(h.Limit.Algorithm == limiter.SlidingWindow || h.Limit.Algorithm == limiter.FixedWindow)
+		h.Limit.Algorithm.Traits().Lease
 }
 
 // take counts a decision on key and, when key holds permits for h's hits,
@@ -303,8 +304,8 @@ func (ls *leases) granted(l *lease, e *entry, r limiter.Result, sent time.Time) 
 		return
 	}
 	sub := l.spec.window
-	if l.spec.alg == byte(limiter.SlidingWindow) {
-		sub /= float64(l.spec.subs)
+	if l.spec.subs > 0 {
+		sub /= float64(l.spec.subs) // an algorithm of sub-windows (limiter.Traits.SubWindows)
 	}
 	// The permits may be spent until the (sub-)window that counted them
 	// ends, measured from when the call was sent (Redis's clock read it

@@ -14,6 +14,11 @@
 -- number is a double), so both twins give the same answers bit for bit; a
 -- differential test checks it, one request per call and several.
 --
+-- KEYS are every key of the batch once (counters, and the markers of undo
+-- entries), ARGV[1] now in Unix ms or "" for Redis TIME, ARGV[2] each key's
+-- spec, ARGV[3] the entries; the reply is one string, the clock then each
+-- entry's reply. protocol.go defines every layout (the F_ formats).
+--
 -- Atomic: Redis runs a script to completion with no other command in
 -- between, so every entry reads, decides and writes its counters as one
 -- indivisible step, whichever service instance sends it. Every key the
