@@ -24,7 +24,7 @@
 // and its algorithms) and no Envoy proto, gRPC or HTTP package, so every
 // front end shares one decision (a test checks it).
 //
-// # Decisions beyond Envoy's protocol
+// # Decisions Envoy's protocol leaves open
 //
 //   - A limit override applies when the domain is known, whether or not a
 //     rule matches, and is never in shadow mode (as in envoyproxy/ratelimit).
