@@ -154,31 +154,6 @@ var layout = []struct {
 	{"MAX", limiter.MaxCount}, {"MAXLOG", limiter.MaxLogRequests},
 }
 
-// luaProtocol is the script's first part: layout's constants as Lua
-// locals, and ALGORITHMS, limiter's registry as the script needs it (each
-// algorithm's number and whether it leases, by config spelling), under
-// which each algorithm's file registers itself.
-func luaProtocol() string {
-	var b strings.Builder
-	b.WriteString("-- The protocol, written by protocol.go from its layout table: do not edit.\n")
-	for _, c := range layout {
-		switch v := c.value.(type) {
-		case string:
-			fmt.Fprintf(&b, "local %s = '%s'\n", c.lua, v)
-		default:
-			fmt.Fprintf(&b, "local %s = %d\n", c.lua, v)
-		}
-	}
-	b.WriteString("local ALGORITHMS = {\n")
-	for _, a := range limiter.Algorithms() {
-		t := a.Traits()
-		fmt.Fprintf(&b, "  %s = { number = %d, lease = %t },\n", t.Name, a, t.Lease)
-	}
-	b.WriteString("}\n")
-	fmt.Fprintf(&b, "local NALGORITHMS = %d\n", len(limiter.Algorithms()))
-	return b.String()
-}
-
 // formatSize is the bytes of a struct format of B, H and d fields.
 func formatSize(f string) int {
 	n := 0

@@ -5,11 +5,14 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"strings"
 	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // luaFiles holds the script's parts (lua/header.lua says what each does).
@@ -150,4 +153,29 @@ func (k *caller) run(ctx context.Context, c scriptClient, keys []string, args []
 func notLoaded(err error) bool {
 	return err != nil && (goredis.HasErrorPrefix(err, "NOSCRIPT") ||
 		isReply(err) && strings.Contains(err.Error(), "Function not found"))
+}
+
+// luaProtocol is the script's first part: layout's constants as Lua
+// locals, and ALGORITHMS, limiter's registry as the script needs it (each
+// algorithm's number and whether it leases, by config spelling), under
+// which each algorithm's file registers itself.
+func luaProtocol() string {
+	var b strings.Builder
+	b.WriteString("-- The protocol, written by protocol.go from its layout table: do not edit.\n")
+	for _, c := range layout {
+		switch v := c.value.(type) {
+		case string:
+			fmt.Fprintf(&b, "local %s = '%s'\n", c.lua, v)
+		default:
+			fmt.Fprintf(&b, "local %s = %d\n", c.lua, v)
+		}
+	}
+	b.WriteString("local ALGORITHMS = {\n")
+	for _, a := range limiter.Algorithms() {
+		t := a.Traits()
+		fmt.Fprintf(&b, "  %s = { number = %d, lease = %t },\n", t.Name, a, t.Lease)
+	}
+	b.WriteString("}\n")
+	fmt.Fprintf(&b, "local NALGORITHMS = %d\n", len(limiter.Algorithms()))
+	return b.String()
 }
