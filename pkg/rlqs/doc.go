@@ -49,7 +49,14 @@
 //     share that is within 10% of that (so Envoy keeps its token bucket),
 //     and never lets the shares add up to more than the limit: a holder
 //     that should grow gets what the others free at their next reports. A
-//     stream's buckets of one limit split its share by their demand.
+//     stream's buckets of one limit split its share by their demand, each
+//     bounded by what the live assignments of the others leave (Envoy
+//     enforces an assignment until it expires, and reports a new bucket
+//     alone): a new bucket gets a part of what is free, possibly nothing,
+//     until the next report holding them all rebalances. The stream's claim
+//     keeps (limiter.Claim.Keep) what the live assignments of its buckets
+//     not in the report admit, so its share never drops below them and the
+//     live assignments of all streams add up to at most the limit.
 //   - The assignment is a token bucket: share tokens per window (Envoy
 //     refills continuously, at share/window per second), holding share x
 //     Options.Burst / window (--rlqs-burst), at least 1; for a token_bucket

@@ -40,6 +40,7 @@ func (s *Service) handle(ctx context.Context, st *stream, r *rlqsv3.RateLimitQuo
 		b, rel := s.bucketOf(st, cfg, dom, keys[i], u.GetBucketId().GetBucket())
 		release = append(release, rel...)
 		if b != nil {
+			b.report = st.reports
 			elapsed := min(u.GetTimeElapsed().AsDuration(), s.opts.IdleAfter)
 			b.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
 		}
@@ -143,7 +144,8 @@ func (s *Service) noteInterval(st *stream, now time.Time) {
 
 // share claims, in one Store call, the shares of the groups that the
 // report's buckets count in, each with the demand of all the stream's
-// buckets in it, in thousandths of a hit per window.
+// buckets in it, in thousandths of a hit per window, and what the live
+// assignments of its buckets not in the report still admit (Keep).
 func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now time.Time) error {
 	var touched []*group
 	for _, b := range seen {
@@ -167,6 +169,7 @@ func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now tim
 	claims := make([]limiter.Claim, len(touched))
 	for i, g := range touched {
 		g.claim.Demand = uint64(min(math.Round(g.rate*g.claim.Window.Seconds()*1000), limiter.MaxDemand))
+		g.claim.Keep = min(g.kept(st.reports, now), g.claim.Limit)
 		claims[i] = g.claim
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)

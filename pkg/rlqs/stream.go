@@ -53,6 +53,16 @@ type group struct {
 	share   uint64        // the last share
 	rate    float64       // hits/s of its buckets, summed at the last claim
 	claimed uint64        // the report in which it last claimed
+	// parts are the parts of the share its buckets were last assigned, live
+	// in Envoy until they expire.
+	parts map[*bucket]heldPart
+}
+
+// heldPart is one bucket's assigned part of a group's share.
+type heldPart struct {
+	fill    uint64    // hits per window
+	report  uint64    // the stream's report that assigned it
+	expires time.Time // when Envoy drops it
 }
 
 func (g *group) id() groupID { return groupID{g.claim.Key, g.claim.Window} }
@@ -127,6 +137,7 @@ func (st *stream) regroup(b *bucket, gs []*group) []limiter.Claim {
 		if slices.Contains(gs, old) {
 			continue
 		}
+		delete(old.parts, b)
 		if old.buckets--; old.buckets == 0 {
 			delete(st.groups, old.id())
 			release = append(release, old.claim)
