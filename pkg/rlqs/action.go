@@ -74,12 +74,15 @@ func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 		parts[i] = min(g.part(b, now), g.free(b, now))
 		deny = deny || parts[i] == 0
 	}
-	expires := now.Add(s.opts.AssignmentTTL)
+	expires := now.Add(s.opts.AssignmentTTL).UnixNano()
+	if len(b.held) != len(b.groups) {
+		b.held = make([]heldPart, len(b.groups))
+	}
 	for i, g := range b.groups {
 		if deny {
 			parts[i] = 0
 		}
-		g.hold(b, parts[i], expires)
+		b.held[i] = heldPart{fill: parts[i], report: g.claimed, expires: expires}
 	}
 	if deny {
 		return blanket(DenyAll)
@@ -121,12 +124,8 @@ func (g *group) part(b *bucket, now time.Time) uint64 {
 // response replaces its assignment.
 func (g *group) free(b *bucket, now time.Time) uint64 {
 	held := uint64(0)
-	for o, p := range g.parts {
-		switch {
-		case !p.expires.After(now):
-			delete(g.parts, o)
-		case o == b, o.report == g.claimed && p.report != g.claimed:
-		default:
+	for _, o := range g.members {
+		if p := o.heldIn(g); o != b && p.expires > now.UnixNano() && (o.report != g.claimed || p.report == g.claimed) {
 			held += p.fill
 		}
 	}
@@ -136,26 +135,27 @@ func (g *group) free(b *bucket, now time.Time) uint64 {
 	return g.share - held
 }
 
-// hold records that b was assigned fill of g's limit until expires, in the
-// report g last claimed in.
-func (g *group) hold(b *bucket, fill uint64, expires time.Time) {
-	if g.parts == nil {
-		g.parts = make(map[*bucket]heldPart)
-	}
-	g.parts[b] = heldPart{fill: fill, report: g.claimed, expires: expires}
-}
-
 // kept is what the live assignments of g's buckets not in report still
 // admit: the share the stream keeps reserved in the store until they
 // expire (limiter.Claim.Keep).
 func (g *group) kept(report uint64, now time.Time) uint64 {
 	held := uint64(0)
-	for o, p := range g.parts {
-		if o.report != report && p.expires.After(now) {
+	for _, o := range g.members {
+		if p := o.heldIn(g); o.report != report && p.expires > now.UnixNano() {
 			held += p.fill
 		}
 	}
 	return held
+}
+
+// heldIn is b's last assigned part of g's share; zero if none.
+func (b *bucket) heldIn(g *group) heldPart {
+	for i, bg := range b.groups {
+		if bg == g {
+			return b.held[i]
+		}
+	}
+	return heldPart{}
 }
 
 // capacity is the token bucket capacity of a part of g's limit: for a
