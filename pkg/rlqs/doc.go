@@ -91,9 +91,14 @@
 //     (allow: ALLOW_ALL, deny: DENY_ALL, error: no action, so Envoy keeps
 //     its assignment until it expires and then applies its own
 //     expired_assignment_behavior). A stream with more than
-//     Options.MaxBuckets buckets (--rlqs-max-buckets) gets the same answer
-//     for the rest: bucket ids may hold values end clients choose, and
-//     refusing them would hand a client Envoy's fallback.
+//     Options.MaxBuckets buckets (--rlqs-max-buckets), or a new bucket when
+//     all streams together track Options.MaxTotalBuckets
+//     (--rlqs-max-total-buckets), gets the same answer for the rest: bucket
+//     ids may hold values end clients choose, and refusing them would hand
+//     a client Envoy's fallback. A stream opened when Options.MaxStreams
+//     (--rlqs-max-streams) are open ends at once with RESOURCE_EXHAUSTED
+//     naming the setting. With both bounds the service's memory is bounded
+//     (about 1.1 KB a bucket, 30 KB a stream).
 //   - The two protocols share config and store, not counters: a bucket and
 //     a ShouldRateLimit descriptor matching the same rule each get the whole
 //     limit. Give each protocol its own rules (or domain) when both run.

@@ -45,6 +45,15 @@ func newFleet(t *testing.T, store Store, clock *testclock.Clock) *fleet {
 	return &fleet{t: t, s: s, clock: clock, live: map[string]liveAssignment{}}
 }
 
+// open opens a stream.
+func (f *fleet) open() *stream {
+	st, err := f.s.openStream()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
 // report has stream st report the paths with requests each, and records the
 // assignments it gets.
 func (f *fleet) report(name string, st *stream, elapsed time.Duration, requests uint64, paths ...string) {
@@ -100,7 +109,7 @@ func (f *fleet) sum() uint64 {
 func TestShareThresholdLiveSum(t *testing.T) {
 	clock := testclock.New(time.Unix(1_800_000_000, 0))
 	f := newFleet(t, limiter.NewMemoryShares(clock.Now), clock)
-	st := f.s.openStream()
+	st := f.open()
 	var fills []uint64
 	for i := range 8 {
 		clock.Advance(time.Second)
@@ -126,7 +135,7 @@ func TestLiveSumProperty(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 28))
 		clock := testclock.New(time.Unix(1_800_000_000, 0))
 		f := newFleet(t, limiter.NewMemoryShares(clock.Now), clock)
-		streams := []*stream{f.s.openStream(), f.s.openStream(), f.s.openStream()}
+		streams := []*stream{f.open(), f.open(), f.open()}
 		maxSum := uint64(0)
 		for step := range 300 {
 			clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)

@@ -111,13 +111,20 @@ func (s *Service) check(usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 }
 
 // bucketOf returns the stream's bucket for key, new or known, bound to the
-// config in force; nil for a new bucket past MaxBuckets. It returns the
+// config in force; nil for a new bucket past MaxBuckets or MaxTotalBuckets. It returns the
 // claims its rebinding leaves unused.
 func (s *Service) bucketOf(st *stream, cfg *descriptors.Config, dom *descriptors.Domain, key string, id map[string]string) (*bucket, []limiter.Claim) {
 	b := st.buckets[key]
 	if b == nil {
 		if len(st.buckets) >= s.opts.MaxBuckets {
+			s.opts.Metrics.refuse("max_buckets")
 			s.degraded("a stream reports more buckets than --rlqs-max-buckets; the rest are answered by failure mode", dom.Name, nil)
+			return nil, nil
+		}
+		if s.buckets.Add(1) > int64(s.opts.MaxTotalBuckets) {
+			s.buckets.Add(-1)
+			s.opts.Metrics.refuse("max_total_buckets")
+			s.degraded("quota streams track --rlqs-max-total-buckets buckets in all; new ones are answered by failure mode", dom.Name, nil)
 			return nil, nil
 		}
 		b = &bucket{}
@@ -195,6 +202,7 @@ func (s *Service) forget(st *stream, now time.Time) []limiter.Claim {
 	for k, b := range st.buckets {
 		if b.abandon || now.Sub(b.seen) >= s.opts.IdleAfter {
 			delete(st.buckets, k)
+			s.buckets.Add(-1)
 			s.opts.Metrics.bucketsAdded(-1)
 			release = append(release, st.regroup(b, nil)...)
 		}
