@@ -126,7 +126,7 @@ func TestKubernetesRejects(t *testing.T) {
 		{"no shutdown delay", "deployment.yaml", "value: 5s", "value: 0s", "SLUICE_SHUTDOWN_DELAY"},
 		{"one replica", "deployment.yaml", "replicas: 2", "replicas: 1", "replicas"},
 		{"no limits", "deployment.yaml", "            limits:\n              cpu: \"1\"\n              memory: 256Mi\n", "", "resources.limits"},
-		{"unpinned image", "deployment.yaml", "image: sluice:0.1.0", "image: sluice:latest", "not pinned"},
+		{"unpinned image", "deployment.yaml", "image: sluice:0.3.0", "image: sluice:latest", "not pinned"},
 		{"redis url to no service", "deployment.yaml", "redis://sluice-redis:6379/0", "redis://redis:6379/0", `no Service "redis"`},
 		{"wrong namespace", "pdb.yaml", "namespace: sluice", "namespace: default", `namespace "default"`},
 		{"resource file missing", "kustomization.yaml", "  - pdb.yaml\n", "  - pdb.yaml\n  - hpa.yaml\n", "hpa.yaml"},
