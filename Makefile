@@ -61,9 +61,9 @@ tools:
 # file is out of date or a module's license is unknown, forbidden or
 # restricted (GPL-like), none of which an Apache-2.0 binary can ship.
 licenses:
-	$(GO) -C tools run ./cmd/licenses -write ../THIRD_PARTY_LICENSES.md ../cmd/server
+	$(GO) -C tools run ./cmd/licenses -dir .. -write ../THIRD_PARTY_LICENSES.md ./cmd/server
 licenses-check:
-	$(GO) -C tools run ./cmd/licenses -check ../THIRD_PARTY_LICENSES.md ../cmd/server
+	$(GO) -C tools run ./cmd/licenses -dir .. -check ../THIRD_PARTY_LICENSES.md ./cmd/server
 
 # bin/sluice, stamped with VERSION (--version, /config).
 build:

@@ -21,12 +21,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/google/go-licenses/licenses"
+	"k8s.io/klog/v2"
 )
 
 // confidence is the classifier's threshold, go-licenses' default.
@@ -36,6 +38,11 @@ const confidence = 0.9
 var disallowed = map[licenses.Type]bool{licenses.Unknown: true, licenses.Forbidden: true, licenses.Restricted: true}
 
 func main() {
+	// go-licenses warns through klog about every package with assembly or C
+	// files ("can't be inspected for further dependencies"): true of the
+	// standard library's neighbours and no finding about licenses.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "licenses: %v\n", err)
 		os.Exit(1)
@@ -68,19 +75,26 @@ func run(args []string) error {
 	if *write != "" {
 		return os.WriteFile(file, text, 0o644)
 	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	return errors.Join(problems(rows, text, got, filepath.Base(file))...)
+}
+
+// problems returns what -check reports: every library whose license type
+// is disallowed, and an inventory file (got, named name) that is not text.
+func problems(rows []row, text, got []byte, name string) []error {
 	var errs []error
 	for _, r := range rows {
 		if disallowed[r.Type] {
 			errs = append(errs, fmt.Errorf("%s %s: license %s (%s) is %s: an Apache-2.0 binary cannot ship it", r.Module, r.Version, r.License, r.File, r.Type))
 		}
 	}
-	got, err := os.ReadFile(file)
-	if err != nil {
-		errs = append(errs, err)
-	} else if !bytes.Equal(got, text) {
-		errs = append(errs, fmt.Errorf("%s is out of date with the binary's modules: run make licenses and review the diff", filepath.Base(file)))
+	if !bytes.Equal(got, text) {
+		errs = append(errs, fmt.Errorf("%s is out of date with the binary's modules: run make licenses and review the diff", name))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // row is one library of the inventory.
