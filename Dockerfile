@@ -11,15 +11,18 @@
 # (REDIS_URL, RUNTIME_ROOT, ...) under the SLUICE_* ones; so this file sets no
 # SLUICE_* variable, which would win over theirs.
 
+# The version --version, /config and the labels report: the release this
+# tree is, the repository's VERSION (a test keeps them equal). Declared
+# before the first FROM so that both stages see it.
+ARG VERSION=0.3.0
+
 FROM golang:1.26 AS build
 WORKDIR /src
 # Modules first, so that a source change reuses the downloaded modules layer.
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The version --version, /config and the labels report: the release this
-# tree is, from the repository's VERSION file (a test keeps them equal).
-ARG VERSION=0.3.0
+ARG VERSION
 # Static (no cgo) so it runs on distroless/static; -trimpath and -s -w keep
 # build paths and debug info out of the image.
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/sluicehq/sluice/internal/version.stamp=${VERSION}" -o /out/sluice ./cmd/server

@@ -233,16 +233,26 @@ func readDockerfile(path string) (*imageContract, error) {
 	}
 	text := strings.ReplaceAll(string(b), "\\\n", " ")
 	c := &imageContract{labels: map[string]string{}}
-	args := map[string]string{}
+	// An ARG before the first FROM is a default that a stage sees only if
+	// it declares the ARG again; args are the current stage's.
+	global, args, inStage := map[string]string{}, map[string]string{}, false
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		instr, rest, _ := strings.Cut(line, " ")
 		rest = strings.TrimSpace(rest)
 		switch instr {
+		case "FROM":
+			inStage, args, c.labels = true, map[string]string{}, map[string]string{}
 		case "ARG":
-			if k, v, ok := strings.Cut(rest, "="); ok {
+			k, v, hasDefault := strings.Cut(rest, "=")
+			switch {
+			case !inStage:
+				global[k] = v
+			case hasDefault:
 				args[k] = v
+			default:
+				args[k] = global[k]
 			}
 		case "USER":
 			c.user = rest
