@@ -1,6 +1,8 @@
 // Command helm-render renders a Helm chart as helm template does, with
-// Helm's own Go packages (helm.sh/helm/v3; no helm binary), and prints the
-// manifests, each document after a "# Source: chart/templates/..." line.
+// Helm's own Go packages (helm.sh/helm/v3's loader, chartutil and engine;
+// no helm binary, and not the action package, whose Kubernetes client
+// doubles what a build compiles), and prints the manifests, each document
+// after a "# Source: chart/templates/..." line, in file order.
 // The values are checked against the chart's values.schema.json, and a
 // template's fail stops the render, both reported on stderr with status 1.
 //
@@ -15,13 +17,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path"
+	"slices"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/cli/values"
-	"helm.sh/helm/v3/pkg/getter"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 )
 
@@ -52,21 +57,16 @@ func run(args []string, stdout io.Writer) error {
 	if *chartDir == "" {
 		return errors.New("-chart is required")
 	}
-	vals, err := (&values.Options{ValueFiles: valueFiles}).MergeValues(getter.Providers{})
-	if err != nil {
-		return err
+	vals := map[string]any{}
+	for _, f := range valueFiles {
+		v, err := chartutil.ReadValuesFile(f)
+		if err != nil {
+			return err
+		}
+		vals = merge(vals, v)
 	}
 	if *lint {
-		l := action.NewLint()
-		l.Strict, l.Namespace = true, *namespace
-		res := l.Run([]string{*chartDir}, vals)
-		var errs []error
-		for _, m := range res.Messages {
-			if m.Severity > support.InfoSev {
-				errs = append(errs, fmt.Errorf("lint: %s", m))
-			}
-		}
-		if err := errors.Join(append(errs, res.Errors...)...); err != nil {
+		if err := lintChart(*chartDir, *namespace, vals); err != nil {
 			return err
 		}
 	}
@@ -74,13 +74,52 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace, install.IncludeCRDs = true, true, true, true
-	install.ReleaseName, install.Namespace = *name, *namespace
-	rel, err := install.Run(chrt, vals)
+	opts := chartutil.ReleaseOptions{Name: *name, Namespace: *namespace, Revision: 1, IsInstall: true}
+	// ToRenderValues checks the values against values.schema.json.
+	top, err := chartutil.ToRenderValues(chrt, vals, opts, chartutil.DefaultCapabilities.Copy())
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(stdout, rel.Manifest)
-	return err
+	out, err := engine.Render(chrt, top)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(out)) {
+		body := strings.TrimSpace(out[name])
+		if body == "" || path.Ext(name) != ".yaml" {
+			continue // partials, NOTES.txt, a template that rendered nothing
+		}
+		if _, err := fmt.Fprintf(stdout, "---\n# Source: %s\n%s\n", name, body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lintChart runs helm lint's checks with vals and fails on any finding
+// above info (helm lint --strict).
+func lintChart(dir, namespace string, vals map[string]any) error {
+	res := lint.All(dir, vals, namespace, false)
+	var errs []error
+	for _, m := range res.Messages {
+		if m.Severity > support.InfoSev {
+			errs = append(errs, fmt.Errorf("lint: %s", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// merge returns dst with src's keys over it, maps merged key by key, as
+// helm -f merges values files.
+func merge(dst, src map[string]any) map[string]any {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = merge(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+	return dst
 }
