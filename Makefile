@@ -1,7 +1,9 @@
 # make test: everything CI runs. It installs redis-server when it is missing
 # (the Redis and integration tests start their own servers on free ports) and
 # Debian's chromium (the status page's browser test drives it headless with
-# chromedp; no browser is downloaded).
+# chromedp; no browser is downloaded). It also checks the license inventory,
+# and test/integration and deploy build the image and render the Helm chart
+# with the tools module's commands.
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME ?= 10s
@@ -16,11 +18,12 @@ GORELEASER := github.com/goreleaser/goreleaser/v2@v2.15.1
 
 test: deps vet unit tools licenses-check fuzz
 
-# The compose file is checked by compose-go, a Go library (no binary).
+# The compose file is checked by compose-go, a Go library (no binary). The
+# image ships Debian's CA bundle (ca-certificates), read from this machine.
 deps:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && test -x /usr/bin/chromium || { \
-		echo "installing redis-server, redis-tools (Redis and integration tests) and chromium (status page browser test)"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools chromium >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && test -x /usr/bin/chromium && test -f /etc/ssl/certs/ca-certificates.crt || { \
+		echo "installing redis-server, redis-tools (Redis and integration tests), chromium (status page browser test) and ca-certificates (the image's CA bundle)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools chromium ca-certificates >/dev/null; }
 	@redis-server --version
 	@/usr/bin/chromium --version 2>/dev/null
 
