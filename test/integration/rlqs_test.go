@@ -2,8 +2,8 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
