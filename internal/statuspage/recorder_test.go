@@ -456,12 +456,12 @@ func TestRefundsAndReleasesAreNotHits(t *testing.T) {
 	}
 }
 
-// TestPoolClassesOnThePage drives a Service on config/pool.yaml: the pool is
+// TestPoolClassesOnThePage drives a Service on config/edge.yaml: the pool is
 // one rule on the page, with each class's admitted and shed hits per second
 // over the 10 s the rates span, its classes in config order with their
 // ceilings, and a class never seen shown at zero.
 func TestPoolClassesOnThePage(t *testing.T) {
-	cfg, err := descriptors.Load("../../config/pool.yaml")
+	cfg, err := descriptors.Load("../../config/edge.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestPoolClassesOnThePage(t *testing.T) {
 		t.Helper()
 		for range n {
 			es := []descriptors.Entry{{Key: "pool", Value: "checkout_db"}, {Key: "priority", Value: class}}
-			if _, err := s.Decide(context.Background(), &ratelimit.Request{Domain: "edge_pool", Descriptors: []ratelimit.Descriptor{{Entries: es}}}); err != nil {
+			if _, err := s.Decide(context.Background(), &ratelimit.Request{Domain: "edge", Descriptors: []ratelimit.Descriptor{{Entries: es}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
