@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/redis"
 )
 
 // The paths and listeners that envoyproxy/ratelimit's deployments probe and
@@ -81,7 +83,7 @@ func (srv *server) debugHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -91,6 +93,52 @@ func (srv *server) debugHandler() http.Handler {
 		}
 	})
 	return mux
+}
+
+// cmdline answers /debug/pprof/cmdline as pprof.Cmdline does, the
+// arguments separated by NUL bytes, with the secrets they hold redacted
+// (redactArgs): the debug listener may be reached by more than the
+// operator who started the process.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+}
+
+// secretFlags are the settings whose whole value is a secret.
+var secretFlags = map[string]bool{"redis-sentinel-auth": true, "xds-headers": true}
+
+// redactArgs returns args with the secrets they hold replaced: the value of
+// a secret flag (secretFlags) by "(set)", the password of a URL (in
+// --redis-url, or any argument holding "://") by "xxxxx".
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	secretNext := false
+	for i, a := range args {
+		switch name, v, hasV := strings.Cut(strings.TrimLeft(a, "-"), "="); {
+		case secretNext:
+			out[i], secretNext = "(set)", false
+		case strings.HasPrefix(a, "-") && secretFlags[name]:
+			out[i], secretNext = a, !hasV
+			if hasV {
+				out[i] = a[:len(a)-len(v)] + "(set)"
+			}
+		case strings.HasPrefix(a, "-") && hasV:
+			out[i] = a[:len(a)-len(v)] + redactURL(v)
+		default:
+			out[i] = redactURL(a)
+		}
+	}
+	return out
+}
+
+// redactURL is v with the password of the URL it is replaced, and v itself
+// when it holds no user information.
+func redactURL(v string) string {
+	if !strings.Contains(v, "@") {
+		return v
+	}
+	return redis.Redacted(v)
 }
 
 // writeRLConfig prints cfg as envoyproxy/ratelimit's /rlconfig does: one
@@ -142,6 +190,23 @@ func rlLimit(l *descriptors.Limit) string {
 		s += fmt.Sprintf(" burst=%d", l.Burst)
 	}
 	return s
+}
+
+// configLoads returns the config loads that succeeded and those that
+// failed so far (sluice_config_loads_total), for envoyproxy/ratelimit's
+// config-load counters; none before the config source is set up.
+func (srv *server) configLoads() (ok, failed uint64) {
+	if srv.config == nil {
+		return 0, 0
+	}
+	value := func(result string) uint64 {
+		var m dto.Metric
+		if err := srv.config.reloads.WithLabelValues(result).Write(&m); err != nil {
+			return 0
+		}
+		return uint64(m.GetCounter().GetValue())
+	}
+	return value("ok"), value("error")
 }
 
 // metricsHandler serves the metrics alone at --metrics-path, for

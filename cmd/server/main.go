@@ -89,7 +89,7 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 			args = []string{"--help"}
 		}
 	}
-	s, err := parseSettings(args, getenv, stdout)
+	s, err := parseSettings(args, getenv, stdout, emptyEnv(os.Environ())...)
 	if err != nil {
 		if errors.Is(err, flagErrHelp) {
 			return 0
