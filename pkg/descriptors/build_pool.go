@@ -36,6 +36,9 @@ func (b *builder) pool(n *Node, r *Rule, path string) *Pool {
 	if p.Key == "" || len(p.Classes) == 0 || r.Limit == nil {
 		return nil
 	}
+	if !b.ceilingsAdmit(c, p.Classes, r.Limit, path+".ceilings") {
+		return nil
+	}
 	for _, cl := range p.Classes {
 		if p.Lowest == nil || cl.Ceiling < p.Lowest.Ceiling {
 			p.Lowest = cl
@@ -165,6 +168,26 @@ func ParseCeiling(s string) (permille uint16, msg string) {
 		return 0, fmt.Sprintf("%s admits nothing (want a ceiling above 0%%; at least 0.1%%)", quote(s))
 	}
 	return uint16(pm), ""
+}
+
+// ceilingsAdmit reports a class whose ceiling admits nothing of a pool
+// that admits something (a ceiling of 10% on 5 requests: floor(0.5) = 0),
+// which is surely a mistake; it returns whether there is none.
+func (b *builder) ceilingsAdmit(c *ClassesNode, classes []*Class, l *Limit, path string) bool {
+	capacity, of := uint64(l.RequestsPerUnit), "requests_per_unit"
+	if l.Algorithm == limiter.TokenBucket && l.Burst != 0 {
+		capacity, of = uint64(l.Burst), "burst"
+	}
+	ok := true
+	for i, cl := range classes {
+		if capacity > 0 && (limiter.Limit{Ceiling: cl.Ceiling}).CeilingOf(capacity) == 0 {
+			cf := c.Ceilings.Value[i].Ceiling
+			b.errorAt(cf.Pos, fmt.Sprintf("%s[%d].ceiling", path, i), "%s of %s %d admits nothing (floor(%d x %s) = 0): raise the ceiling or the limit",
+				cl.CeilingText(), of, capacity, capacity, cl.CeilingText())
+			ok = false
+		}
+	}
+	return ok
 }
 
 // classRule makes the rule that requests of class cl of pool rule r match:
