@@ -235,8 +235,8 @@ func checkIdleRules(t *testing.T, ctx context.Context) {
 	if want := "edge/beta_upload_trial edge/per_api_key edge/per_client_address"; strings.Join(names, " ") != want {
 		t.Fatalf("rules in full: %q, want %q", names, want)
 	}
-	if len(idle) != 9 {
-		t.Fatalf("%d idle rules, want 9 (12 in the config, 3 with traffic): %+v", len(idle), cards)
+	if len(idle) != 10 {
+		t.Fatalf("%d idle rules, want 10 (13 in the config, 3 with traffic): %+v", len(idle), cards)
 	}
 	last := busy[len(busy)-1]
 	for _, c := range idle {
