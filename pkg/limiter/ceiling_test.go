@@ -86,6 +86,10 @@ func TestCeilingValidate(t *testing.T) {
 	if err := l.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v, want nil", l, err)
 	}
+	l.Requests = limiter.MaxCount + 1
+	if err := l.Validate(); err == nil {
+		t.Errorf("Validate(%+v) = nil, want an error: a ceiling on more than 2^52 requests", l)
+	}
 }
 
 // TestCeilingResultsAreExact: on counters every class fills, a class's

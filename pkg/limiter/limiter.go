@@ -60,7 +60,7 @@ type Limit struct {
 	// ceiling, and Capacity is the ceiling's), while counting, refill and
 	// expiry stay the counter's. Not part of the counter's identity, so
 	// the classes of one pool share its counter; see CeilingOf for the
-	// rounding.
+	// rounding. With a Ceiling, Requests and Burst must be at most MaxCount.
 	Ceiling uint16
 }
 
@@ -116,6 +116,10 @@ func (l Limit) Validate() error {
 	}
 	if l.Ceiling > MaxCeiling {
 		return fmt.Errorf("limiter: ceiling: %d permille is over %d, the whole limit", l.Ceiling, MaxCeiling)
+	}
+	if l.Ceiling != 0 && (l.Requests > MaxCount || l.Burst > MaxCount) {
+		// Above 2^52 the Lua twin's doubles could not take the share exactly.
+		return fmt.Errorf("limiter: ceiling: a ceiling on %d requests and a burst of %d: both must be at most 2^52", l.Requests, l.Burst)
 	}
 	return algorithms[l.Algorithm].validate(l)
 }
