@@ -163,7 +163,7 @@ func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Stat
 	var over, near, shadowed uint64
 	switch res := st.Result; {
 	case res.Allowed:
-		if l := uint64(st.Limit.RequestsPerUnit); l > 0 && float64(l-min(res.Remaining, l)) > r.opts.NearLimitRatio*float64(l) {
+		if l := uint64(st.Limit.CeilingRequests()); l > 0 && float64(l-min(res.Remaining, l)) > r.opts.NearLimitRatio*float64(l) {
 			near = st.Hits
 		}
 	case st.Shadow:
