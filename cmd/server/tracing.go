@@ -168,7 +168,7 @@ func newTracing(ctx context.Context, s *tracingSettings) (*tracing, error) {
 	if id == "" {
 		id = rand.Text() // the peer uses a random UUID; any unique id will do
 	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(s.TracingServiceName), semconv.ServiceInstanceID(id), semconv.ServiceVersion(version)}
+	attrs := []attribute.KeyValue{semconv.ServiceName(s.TracingServiceName), semconv.ServiceInstanceID(id), semconv.ServiceVersion(versionString())}
 	if s.TracingServiceNamespace != "" {
 		attrs = append(attrs, semconv.ServiceNamespace(s.TracingServiceNamespace))
 	}
