@@ -13,7 +13,7 @@ import (
 // are exact relative to the class's ceiling, a class is never admitted
 // above its ceiling, and the pool never above its limit.
 
-// ceilings are the permille ceilings the random classes take: the issue's
+// ceilings are the permille ceilings the random classes take: a typical pool's
 // classes, a tiny one that rounds to nothing on small limits, and none (0,
 // the whole pool).
 var ceilings = []uint16{0, 1000, 800, 700, 500, 333, 1}
