@@ -2,7 +2,7 @@
 // envoy.service.ratelimit.v3 API on gRPC, with an HTTP admin and /json
 // listener. Run it with no arguments to serve the config in ./config on the
 // in-memory store; "sluice check PATH..." validates configs for CI.
-package main
+package app
 
 import (
 	"context"

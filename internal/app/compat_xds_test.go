@@ -1,6 +1,6 @@
 //go:build compat
 
-package main
+package app
 
 import (
 	"os"
