@@ -21,7 +21,7 @@ COPY . .
 ARG VERSION=dev
 # Static (no cgo) so it runs on distroless/static; -trimpath and -s -w keep
 # build paths and debug info out of the image.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/server
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/sluicehq/sluice/internal/app.version=${VERSION}" -o /out/sluice ./cmd/server
 # /bin/ratelimit is a symlink to /sluice: copied as part of a tree, a link
 # stays a link (one binary in the image).
 RUN mkdir -p /out/root/bin && ln -s /sluice /out/root/bin/ratelimit

@@ -39,11 +39,11 @@ fuzz:
 # match the originals. They live in shared/compat beside the repository, not
 # in it, hence a target of their own (CI runs it).
 compat:
-	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./cmd/server/ ./test/integration/
+	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./internal/app/ ./test/integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # bin/sluice, stamped with the version git describes (--version, /config).
 build:
-	$(GO) build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/sluice ./cmd/server
+	$(GO) build -ldflags "-X github.com/sluicehq/sluice/internal/app.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/sluice ./cmd/server

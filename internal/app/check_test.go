@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,7 +17,7 @@ func TestCheckWindowTooLong(t *testing.T) {
 	file := filepath.Join(dir, "api.yaml")
 	write(t, file, "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 300, requests_per_unit: 5}\n")
 	var out, errOut bytes.Buffer
-	if code := cli([]string{"check", dir}, &out, &errOut, func(string) string { return "" }); code != 1 {
+	if code := Main(context.Background(), []string{"check", dir}, nil, &out, &errOut); code != 1 {
 		t.Errorf("check = %d, want 1", code)
 	}
 	want := file + ":4:47: descriptors[0].rate_limit.unit_multiplier: want an integer from 1 to 10 with unit year (a window is at most 10 years of 365 days), got the integer 300\n"
@@ -41,7 +42,7 @@ func TestCheckConfigTree(t *testing.T) {
 	write(t, filepath.Join(dir, "sub", "b.conf"), "domain: b\ndescriptors: []\n")
 	run := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := cli(append([]string{"check"}, args...), &out, &errOut, func(string) string { return "" })
+		code := Main(context.Background(), append([]string{"check"}, args...), nil, &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
 	if code, out, _ := run("--config-tree", dir); code != 0 || out != "ok: 2 domains in 2 files\n" {

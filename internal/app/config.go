@@ -1,133 +1,90 @@
 package app
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
+	"github.com/sluicehq/sluice/internal/settings"
+	"github.com/sluicehq/sluice/internal/source"
 	"github.com/sluicehq/sluice/internal/statuspage"
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
-// uiSettings are the status page's settings (rows in settings.table).
-type uiSettings struct {
-	UI          bool
-	UITopValues int
-	UISensitive string
+// configPage renders the config in force and the outcome of its loads, the
+// one place that does: GET /config and the status page's config status. It
+// is safe for concurrent use.
+type configPage struct {
+	state *source.State
+	set   *settings.Settings
+
+	mu      sync.Mutex
+	cfg     *descriptors.Config // the config whose version is kept
+	version string              // configVersion(cfg)
 }
 
-// validateOps checks the status page's and the tracing settings.
-func (s *settings) validateOps() error {
-	if s.UITopValues < 0 || s.UITopValues > 100 {
-		return fmt.Errorf("--ui-top-values: %d is not in 0..100", s.UITopValues)
-	}
-	return s.validateTracing()
+// newConfigPage returns the page of state's config, with the settings in
+// force s.
+func newConfigPage(state *source.State, s *settings.Settings) *configPage {
+	return &configPage{state: state, set: s}
 }
 
-// wrapOps wraps the store for the status page (which times every call)
-// and for tracing (a span per call), as the settings ask, and creates the
-// status page's recorder and the tracer provider.
-func (srv *server) wrapOps() error {
-	srv.newStatusPage()
-	t, err := newTracing(context.Background(), &srv.set.tracingSettings)
-	if err != nil {
-		return err
+// configVersion is configVersion of cfg, computed once per config.
+func (p *configPage) configVersion(cfg *descriptors.Config) string {
+	if cfg == nil {
+		return ""
 	}
-	srv.trace = t
-	srv.store = t.wrapStore(srv.store, srv.storeKind())
-	return nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cfg != p.cfg {
+		p.cfg, p.version = cfg, configVersion(cfg)
+	}
+	return p.version
 }
 
-// closeTracing flushes the spans not yet exported, for at most 5 s.
-func (srv *server) closeTracing() {
-	if srv.trace == nil {
-		return
+// ServeHTTP answers /config: the source, the config in force (its files,
+// domains, load time, version and every domain's rules with their names,
+// limits and algorithms) and the errors of the last load if it failed.
+func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	st := p.state.Status()
+	out := struct {
+		Version   string      `json:"version"`
+		Source    source.Info `json:"source"`
+		Files     []string    `json:"files"`
+		Domains   []string    `json:"domains"`
+		LoadedAt  *time.Time  `json:"loaded_at,omitempty"`
+		LastError []string    `json:"last_error,omitempty"`
+		ErrorAt   *time.Time  `json:"last_error_at,omitempty"`
+		// ConfigVersion identifies the rules in force (configVersion).
+		ConfigVersion string       `json:"config_version,omitempty"`
+		Rules         []configView `json:"rules"`
+	}{Version: versionString(), Source: st.Source, Files: st.Files, Domains: st.Domains, LastError: st.LastError,
+		ConfigVersion: p.configVersion(st.Config), Rules: describeConfig(st.Config)}
+	if !st.LoadedAt.IsZero() {
+		out.LoadedAt = &st.LoadedAt
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.trace.close(ctx); err != nil {
-		srv.log.Warn("flushing traces", zap.Error(err))
+	if len(st.LastError) > 0 {
+		out.ErrorAt = &st.ErrorAt
 	}
-	srv.trace = nil
-}
-
-// storeKind names the store: "redis" or "memory".
-func (srv *server) storeKind() string {
-	if srv.ping != nil {
-		return "redis"
-	}
-	return "memory"
-}
-
-// newStatusPage creates the status page's recorder when --ui is on (nil
-// otherwise) and wraps the store so the page sees its calls.
-func (srv *server) newStatusPage() {
-	s := srv.set
-	if !s.UI {
-		return
-	}
-	top := s.UITopValues
-	if top == 0 {
-		top = -1 // 0 in the setting turns values off; 0 in Options means the default
-	}
-	srv.status = statuspage.NewRecorder(statuspage.Options{
-		TopValues:      top,
-		Sensitive:      splitList(s.UISensitive),
-		NearLimitRatio: s.nearLimitRatio(),
-	})
-	srv.store = srv.status.WrapStore(srv.store)
-}
-
-// observers are the decision observers besides the metrics.
-func (srv *server) observers() []ratelimit.Observer {
-	if srv.status == nil {
-		return nil
-	}
-	return []ratelimit.Observer{srv.status}
-}
-
-// handleUI adds /ui and /ui/api to mux when the status page is on.
-func (srv *server) handleUI(mux *http.ServeMux) {
-	if srv.status == nil {
-		return
-	}
-	h := statuspage.Handler(srv.status, statuspage.Sources{
-		Config:       srv.core.Config,
-		ConfigStatus: srv.config.pageStatus,
-		Health: func(ctx context.Context) string {
-			if srv.ping == nil {
-				return ""
-			}
-			if err := srv.ping(ctx); err != nil {
-				return "store unreachable: " + err.Error()
-			}
-			return ""
-		},
-		StoreKind: srv.storeKind(),
-		Version:   version,
-	})
-	mux.Handle("GET /ui", h)
-	mux.Handle("GET /ui/", h)
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(out)
 }
 
 // pageStatus is the config's status as the status page shows it: the
 // source (file path, or xDS server and node id), the version (the hash of
 // the rules, after the xDS version_info when there is one), the last load
 // and its errors.
-func (cs *configState) pageStatus() statuspage.ConfigStatus {
-	info := cs.src.Info()
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	st := statuspage.ConfigStatus{Source: info.Kind, Version: cs.cfgVersion, LoadedAt: cs.loadedAt,
-		Errors: append([]string(nil), cs.lastErr...)}
+func (p *configPage) pageStatus() statuspage.ConfigStatus {
+	cs := p.state.Status()
+	info := cs.Source
+	st := statuspage.ConfigStatus{Source: info.Kind, Version: p.configVersion(cs.Config), LoadedAt: cs.LoadedAt,
+		Errors: cs.LastError, ErrorAt: cs.ErrorAt}
 	switch {
 	case info.Path != "":
 		st.Source += ": " + info.Path
@@ -139,9 +96,6 @@ func (cs *configState) pageStatus() statuspage.ConfigStatus {
 	}
 	if info.Version != "" && st.Version != "" {
 		st.Version = info.Version + " (rules " + st.Version + ")" // the xDS version_info first
-	}
-	if len(cs.lastErr) > 0 {
-		st.ErrorAt = cs.errAt
 	}
 	return st
 }

@@ -46,9 +46,9 @@ func (srv *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	switch cfg := srv.core.Config(); {
 	case srv.stopping.Load():
 		reason = "shutting down"
-	case srv.set.healthNeedsConfig && (cfg == nil || len(cfg.Domains()) == 0):
+	case srv.set.HealthNeedsConfig() && (cfg == nil || len(cfg.Domains()) == 0):
 		reason = "no config with a domain loaded"
-	case srv.set.healthNeedsStore && srv.ping != nil && !srv.storeUp.Load():
+	case srv.set.HealthNeedsStore() && srv.ping != nil && !srv.storeUp.Load():
 		reason = "store unreachable"
 	}
 	if reason != "" {
@@ -73,7 +73,7 @@ func (srv *server) debugHandler() http.Handler {
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		writeRLConfig(w, srv.core.Config())
-		if si := srv.config.src.Info(); si.Kind == "xds" {
+		if si := srv.config.Info(); si.Kind == "xds" {
 			// envoyproxy/ratelimit prints the rules alone; a config over
 			// xDS also says where it came from, after them.
 			fmt.Fprintf(w, "# config source: xds server=%s node_id=%s version=%s connected=%t\n",

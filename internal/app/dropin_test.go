@@ -13,10 +13,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
@@ -155,25 +153,11 @@ func TestCompatMetricsListener(t *testing.T) {
 // GRPC_UDS) serves on a unix socket.
 func TestGRPCUnixSocket(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "rl.sock")
-	s, err := parseSettings([]string{"--config", "../../config", "--grpc-addr", "unix:" + sock, "--http-addr", "127.0.0.1:0", "--debug-addr", ""},
-		func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
+	r := launch(t, "--config", "../../config", "--grpc-addr", "unix:"+sock, "--debug-addr", "")
+	if got := r.srv.grpcLn.Addr().String(); got != sock {
+		t.Fatalf("gRPC listens on %q, want the unix socket %q", got, sock)
 	}
-	srv, err := newServer(s, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx) }()
-	defer func() { cancel(); <-done }()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "uds"}))
+	resp, err := r.client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "uds"}))
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Errorf("ShouldRateLimit over the unix socket = %v, %v", resp.GetOverallCode(), err)
 	}
@@ -260,37 +244,10 @@ func TestCLI(t *testing.T) {
 		{[]string{"check", "-h"}, 0, "file:line:col"},
 	} {
 		var out, errOut bytes.Buffer
-		code := cli(tc.args, &out, &errOut, func(string) string { return "" })
+		code := Main(context.Background(), tc.args, nil, &out, &errOut)
 		if code != tc.code || !strings.Contains(out.String(), tc.wantStdout) {
 			t.Errorf("sluice %v = %d, stdout %q, stderr %q: want %d and %q on stdout", tc.args, code, out.String(), errOut.String(), tc.code, tc.wantStdout)
 		}
-	}
-}
-
-// TestUnknownEnv: a misspelt SLUICE_* variable is named with the setting it
-// probably meant.
-func TestUnknownEnv(t *testing.T) {
-	got := unknownEnv([]string{"SLUICE_LOGLEVEL=debug", "SLUICE_REDIS_URL=redis://x", "SLUICE_REDIS_ULR=x", "SLUICE_WHATEVER_THIS_IS=1", "PATH=/bin"})
-	want := []string{
-		"SLUICE_LOGLEVEL is not a Sluice setting (ignored); did you mean SLUICE_LOG_LEVEL?",
-		"SLUICE_REDIS_ULR is not a Sluice setting (ignored); did you mean SLUICE_REDIS_URL?",
-		"SLUICE_WHATEVER_THIS_IS is not a Sluice setting (ignored)",
-	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("unknownEnv =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// TestSettingsCaseInsensitive: words in flags and SLUICE_* values are
-// case-insensitive, as envoyproxy/ratelimit's are.
-func TestSettingsCaseInsensitive(t *testing.T) {
-	env := map[string]string{"SLUICE_LOG_LEVEL": "INFO", "SLUICE_FAILURE_MODE": "Allow", "SLUICE_RESPONSE_HEADERS": "DRAFT,Compat", "SLUICE_RAW_BODY": "TRUE"}
-	s, err := parseSettings([]string{"--log-format", "JSON"}, func(k string) string { return env[k] }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.LogLevel != "info" || s.FailureMode != "allow" || s.ResponseHeaders != "draft,compat" || !s.RawBody || s.LogFormat != "json" {
-		t.Errorf("settings %q %q %q %v %q", s.LogLevel, s.FailureMode, s.ResponseHeaders, s.RawBody, s.LogFormat)
 	}
 }
 

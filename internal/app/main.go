@@ -1,7 +1,3 @@
-// Command sluice is the Sluice rate-limit service: Envoy's
-// envoy.service.ratelimit.v3 API on gRPC, with an HTTP admin and /json
-// listener. Run it with no arguments to serve the config in ./config on the
-// in-memory store; "sluice check PATH..." validates configs for CI.
 package app
 
 import (
@@ -11,24 +7,37 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/debug"
-	"syscall"
+	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with
+// -ldflags "-X github.com/sluicehq/sluice/internal/app.version=...".
 var version = "dev"
 
-func main() {
-	if os.Getenv("GOGC") == "" {
+// Main runs one invocation of the sluice command with args (without the
+// program name) and environ (as os.Environ returns it), and returns the
+// process exit code: 0 on success or a clean shutdown (ctx ended), 1 on a
+// runtime failure or an invalid config, 2 on bad usage. Help goes to
+// stdout, logs and errors to stderr. Unless environ sets GOGC, it sets the
+// garbage collector's target to defaultGCPercent.
+func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	if env["GOGC"] == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	return cli(ctx, args, environ, func(k string) string { return env[k] }, stdout, stderr)
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is unset:
@@ -77,7 +86,7 @@ func versionString() string {
 // cli runs one invocation and returns the process exit code: 0 on success or
 // a clean shutdown, 1 on a runtime failure or an invalid config, 2 on bad
 // usage. Help goes to stdout, errors to stderr.
-func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+func cli(ctx context.Context, args, environ []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "check":
@@ -89,9 +98,9 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 			args = []string{"--help"}
 		}
 	}
-	s, err := parseSettings(args, getenv, stdout)
+	s, err := settings.Parse(args, getenv, stdout)
 	if err != nil {
-		if errors.Is(err, flagErrHelp) {
+		if errors.Is(err, settings.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
@@ -107,11 +116,9 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return 2
 	}
 	defer log.Sync()
-	logSettings(log, s, os.Environ())
+	logSettings(log, s, environ)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	srv, err := newServer(s, log)
+	srv, err := newServer(s, log, hooks{})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1
@@ -192,23 +199,22 @@ func unjoin(err error) []error {
 // set (info), the ones Sluice does not apply with what it does instead (one
 // warning line), and SLUICE_* variables that are no setting (one warning
 // line).
-func logSettings(log *zap.Logger, s *settings, environ []string) {
-	if s.peer != nil {
-		if a := s.peer.applied(); len(a) > 0 {
-			log.Info("envoyproxy/ratelimit settings applied", zap.Strings("settings", a))
-		}
-		if len(s.peer.warnings) > 0 {
-			log.Warn("envoyproxy/ratelimit settings that Sluice does not apply, and what it does instead", zap.Strings("settings", s.peer.warnings))
-		}
+func logSettings(log *zap.Logger, s *settings.Settings, environ []string) {
+	r := s.Report()
+	if len(r.Peer) > 0 {
+		log.Info("envoyproxy/ratelimit settings applied", zap.Strings("settings", r.Peer))
 	}
-	if w := unknownEnv(environ); len(w) > 0 {
+	if len(r.PeerWarnings) > 0 {
+		log.Warn("envoyproxy/ratelimit settings that Sluice does not apply, and what it does instead", zap.Strings("settings", r.PeerWarnings))
+	}
+	if w := settings.UnknownEnv(environ); len(w) > 0 {
 		log.Warn("unknown SLUICE_* variables", zap.Strings("variables", w))
 	}
 }
 
 // newLogger builds the process logger: JSON, or console on a terminal when
 // --log-format=auto.
-func newLogger(s *settings, stderr io.Writer) (*zap.Logger, error) {
+func newLogger(s *settings.Settings, stderr io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(s.LogLevel)
 	if err != nil {
 		return nil, err

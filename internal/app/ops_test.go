@@ -13,10 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluicehq/sluice/internal/source"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
@@ -39,38 +38,6 @@ func TestJSONNamesStoreError(t *testing.T) {
 	}
 }
 
-// launchSettings is launch with the parsed settings changed by edit and
-// the environment given by env.
-func launchSettings(t *testing.T, env map[string]string, edit func(*settings), args ...string) *running {
-	t.Helper()
-	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--config", "../../config"}, args...)
-	s, err := parseSettings(args, func(k string) string { return env[k] }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		edit(s)
-	}
-	srv, err := newServer(s, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{srv: srv, done: make(chan error, 1), cancel: cancel}
-	go func() { r.done <- srv.serve(ctx) }()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	if r.conn, err = grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.conn.Close() })
-	r.client = rlsv3.NewRateLimitServiceClient(r.conn)
-	return r
-}
-
 // TestTracing: with the peer's TRACING_* names set, every ShouldRateLimit is
 // one server span that continues the trace context Envoy sent in the call's
 // metadata (W3C traceparent or B3), carries the decision's attributes, and
@@ -80,7 +47,7 @@ func TestTracing(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	env := map[string]string{"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "edge-ratelimit",
 		"TRACING_SERVICE_NAMESPACE": "gateway", "TRACING_SERVICE_INSTANCE_ID": "pod-7", "TRACING_SAMPLING_RATE": "0"}
-	r := launchSettings(t, env, func(s *settings) { s.exporter = exp })
+	r := start(t, setup{env: env, hooks: hooks{exporter: exp}}, "--config", "../../config")
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-"+parentID+"-01")
@@ -185,52 +152,6 @@ func spanNames(spans tracetest.SpanStubs) []string {
 		out = append(out, s.Name)
 	}
 	return out
-}
-
-// TestTracingSettings: tracing is off by default; Sluice's own names win
-// over the peer's, which win over the OpenTelemetry variables the peer falls
-// back to; bad values are refused naming the setting.
-func TestTracingSettings(t *testing.T) {
-	parse := func(env map[string]string, args ...string) (*settings, error) {
-		return parseSettings(args, func(k string) string { return env[k] }, io.Discard)
-	}
-	s, err := parse(nil)
-	if err != nil || s.TracingEnabled || s.TracingExporterProtocol != "http" || s.TracingServiceName != "sluice" || s.TracingSamplingRate != "1" {
-		t.Fatalf("defaults: %+v, %v", s.tracingSettings, err)
-	}
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		args []string
-		want tracingSettings
-	}{
-		{"peer names", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.25"}, nil,
-			tracingSettings{TracingEnabled: true, TracingExporterProtocol: "grpc", TracingServiceName: "sluice", TracingSamplingRate: "0.25"}},
-		{"sluice names win", map[string]string{"TRACING_ENABLED": "true", "SLUICE_TRACING_ENABLED": "false", "TRACING_SERVICE_NAME": "peer", "SLUICE_TRACING_SERVICE_NAME": "own"}, nil,
-			tracingSettings{TracingExporterProtocol: "http", TracingServiceName: "own", TracingSamplingRate: "1"}},
-		{"flag wins", map[string]string{"SLUICE_TRACING_ENABLED": "false"}, []string{"--tracing-enabled"},
-			tracingSettings{TracingEnabled: true, TracingExporterProtocol: "http", TracingServiceName: "sluice", TracingSamplingRate: "1"}},
-		{"otel fallbacks", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "rl",
-			"OTEL_RESOURCE_ATTRIBUTES": "service.namespace=ns, service.instance.id=i-1", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"}, nil,
-			tracingSettings{TracingEnabled: true, TracingExporterProtocol: "http", TracingServiceName: "rl", TracingServiceNamespace: "ns", TracingServiceInstanceID: "i-1", TracingSamplingRate: "0.5"}},
-		{"otel sdk disabled", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, nil,
-			tracingSettings{TracingExporterProtocol: "http", TracingServiceName: "sluice", TracingSamplingRate: "1"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := parse(tc.env, tc.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.tracingSettings != tc.want {
-				t.Errorf("got %+v, want %+v", s.tracingSettings, tc.want)
-			}
-		})
-	}
-	for env, want := range map[string]string{"TRACING_EXPORTER_PROTOCOL": "--tracing-exporter-protocol", "TRACING_SAMPLING_RATE": "--tracing-sampling-rate"} {
-		if _, err := parse(map[string]string{env: "2"}); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s=2: %v, want an error naming %s", env, err, want)
-		}
-	}
 }
 
 // TestConfigShowsRules: /config lists every domain's descriptor tree with
@@ -391,26 +312,35 @@ func getJSON(t *testing.T, url string, v any) {
 }
 
 // xdsInfo is a config source that only describes itself, as the xDS source
-// does.
-type xdsInfo struct{ info sourceInfo }
+// does, and delivers cfg as its first load.
+type xdsInfo struct {
+	info source.Info
+	cfg  *descriptors.Config
+}
 
-func (x xdsInfo) Run(ctx context.Context, _ deliverFunc) error { <-ctx.Done(); return nil }
-func (x xdsInfo) Info() sourceInfo                             { return x.info }
+func (x xdsInfo) Load(deliver source.Deliver) bool                { deliver(x.cfg, nil); return true }
+func (x xdsInfo) Run(ctx context.Context, _ source.Deliver) error { <-ctx.Done(); return nil }
+func (x xdsInfo) Info() source.Info                               { return x.info }
+
+// configHolder is a source.Sink that only holds the config.
+type configHolder struct{ cfg *descriptors.Config }
+
+func (h *configHolder) SetConfig(c *descriptors.Config) { h.cfg = c }
+func (h *configHolder) Config() *descriptors.Config     { return h.cfg }
 
 // TestPageStatusOfXDS: the status page names an xDS source by its server
 // and node id, says when it is disconnected, and shows the xDS version_info
 // before the hash of the rules.
 func TestPageStatusOfXDS(t *testing.T) {
 	disconnected := false
-	src := xdsInfo{sourceInfo{Kind: "xds", Server: "envoy-gateway:18001", NodeID: "envoy-ratelimit", Connected: &disconnected, Version: "v7"}}
 	cfg, err := descriptors.Load("../../config")
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &fakeSink{}
-	cs := newConfigState(prometheus.NewRegistry(), svc, src, zap.NewNop())
-	cs.deliver(cfg, nil)
-	st := cs.pageStatus()
+	src := xdsInfo{source.Info{Kind: "xds", Server: "envoy-gateway:18001", NodeID: "envoy-ratelimit", Connected: &disconnected, Version: "v7"}, cfg}
+	cs := source.NewState(prometheus.NewRegistry(), &configHolder{}, src, zap.NewNop())
+	cs.Load()
+	st := newConfigPage(cs, nil).pageStatus()
 	if st.Source != "xds: envoy-gateway:18001 as node envoy-ratelimit (disconnected)" || st.Version != "v7 (rules "+configVersion(cfg)+")" {
 		t.Errorf("page status = %+v", st)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/internal/source"
 )
 
 // limitConfig is a one-rule config: key "k" limited to n a minute.
@@ -283,7 +284,7 @@ func TestReloadWhileWritesContinue(t *testing.T) {
 		}
 	}
 	if seen == 0 {
-		t.Fatalf("no reload during 2 s of writes every 50 ms (debounce 250ms, debounce-max %v)", maxWaitFactor*250*time.Millisecond)
+		t.Fatalf("no reload during 2 s of writes every 50 ms (debounce 250ms, debounce-max %v)", source.MaxWaitFactor*250*time.Millisecond)
 	}
 	t.Logf("first reload in force %v after the writes began", seen.Round(time.Millisecond))
 	if src, _ := getConfig(t, r.srv)["source"].(map[string]any); src["kind"] != "file" || src["path"] != dir {

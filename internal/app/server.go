@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,6 +32,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/settings"
+	"github.com/sluicehq/sluice/internal/source"
 	"github.com/sluicehq/sluice/internal/statuspage"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -42,6 +45,10 @@ import (
 
 // rlsServiceName is the gRPC service whose health Envoy and Kubernetes probe.
 const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// rlqsServiceName is the gRPC service of Envoy's rate limit quota streams,
+// also reported by gRPC health.
+const rlqsServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
 // Connection limits of the listeners. Envoy keeps its gRPC connections open
 // and reconnects at once when one closes, so closing idle ones costs it
@@ -71,17 +78,19 @@ const grpcStreamWorkers = 64
 // server is one running Sluice: listeners, the rate-limit service and its
 // store.
 type server struct {
-	set    *settings
+	set    *settings.Settings
+	hooks  hooks
 	log    *zap.Logger
 	core   *ratelimit.Service
 	svc    *rls.Service
-	quota  *rlqs.Service // Envoy's rate limit quota streams (settings_rlqs.go)
+	quota  *rlqs.Service // Envoy's rate limit quota streams
 	store  limiter.Store
 	shares rlqs.Store                  // the store's shared limits, for quota
 	closer func() error                // closes the store, nil if nothing to close
 	ping   func(context.Context) error // checks the store, nil if it cannot fail
 	reg    *prometheus.Registry
-	config *configState
+	config *source.State
+	page   *configPage          // renders /config and the status page's config status (config.go)
 	status *statuspage.Recorder // the status page's, nil with --ui=false
 	trace  *tracing             // nil with tracing off
 
@@ -95,10 +104,20 @@ type server struct {
 	storeUp  atomic.Bool // the store answered the last health check's ping
 }
 
+// hooks change what the settings select, for tests; the zero hooks change
+// nothing.
+type hooks struct {
+	// wrapStore, when set, wraps the store the settings select.
+	wrapStore func(limiter.Store) limiter.Store
+	// exporter, when set, replaces the OTLP exporter of --tracing-enabled
+	// and exports every span as it ends.
+	exporter sdktrace.SpanExporter
+}
+
 // newServer loads the config, opens the store and binds both listeners. On
 // error it releases whatever it had already acquired.
-func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
-	srv := &server{set: s, log: log, reg: prometheus.NewRegistry()}
+func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err error) {
+	srv := &server{set: s, hooks: h, log: log, reg: prometheus.NewRegistry()}
 	srv.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
 		if err != nil {
@@ -117,8 +136,8 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	if err := srv.openStore(); err != nil {
 		return nil, err
 	}
-	if s.wrapStore != nil {
-		srv.store = s.wrapStore(srv.store)
+	if h.wrapStore != nil {
+		srv.store = h.wrapStore(srv.store)
 	}
 	if err := srv.wrapOps(); err != nil { // ui.go: status page, tracing
 		return nil, err
@@ -138,7 +157,7 @@ func newServer(s *settings, log *zap.Logger) (_ *server, err error) {
 	mux.HandleFunc("GET /healthcheck", srv.healthcheck)
 	mux.HandleFunc("GET /readyz", srv.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
-	mux.Handle("GET /config", srv.config)
+	mux.Handle("GET /config", srv.page)
 	mux.Handle("/json", srv.svc.JSONHandler())
 	srv.handleUI(mux)
 	// A client that sends its headers or body slowly, or keeps a connection
@@ -214,7 +233,7 @@ func ageOrInfinity(d time.Duration) time.Duration {
 // limit service front end on it, with their metrics.
 func (srv *server) newServices() error {
 	s := srv.set
-	coreMetrics, err := ratelimit.NewMetrics(srv.reg, s.nearLimitRatio())
+	coreMetrics, err := ratelimit.NewMetrics(srv.reg, s.NearLimit())
 	if err != nil {
 		return err
 	}
@@ -224,7 +243,7 @@ func (srv *server) newServices() error {
 	}
 	var observers []ratelimit.Observer
 	if s.CompatMetrics {
-		pm, err := ratelimit.NewPeerMetrics(srv.reg, s.nearLimitRatio())
+		pm, err := ratelimit.NewPeerMetrics(srv.reg, s.NearLimit())
 		if err != nil {
 			return err
 		}
@@ -233,7 +252,7 @@ func (srv *server) newServices() error {
 	srv.core = ratelimit.New(ratelimit.Options{
 		Store:       srv.store,
 		Logger:      srv.log.Named("ratelimit"),
-		FailureMode: s.failureMode(),
+		FailureMode: s.Failure(),
 		Metrics:     coreMetrics,
 		Observers:   append(observers, srv.observers()...),
 		ShadowMode:  s.ShadowMode,
@@ -242,8 +261,8 @@ func (srv *server) newServices() error {
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,
 		Metrics:         rlsMetrics,
-		Headers:         s.headers,
-		CompatNames:     s.compatNames(),
+		Headers:         s.Headers(),
+		CompatNames:     s.CompatHeaderNames(),
 		RawBody:         s.RawBody,
 		DynamicMetadata: s.DynamicMetadata,
 		MaxDescriptors:  s.MaxDescriptors,
@@ -253,11 +272,11 @@ func (srv *server) newServices() error {
 	return srv.newQuota()
 }
 
-// newConfig sets up the config source the settings name: --xds-server, or
-// the files of --config, loaded once now. A bad config at start is not
-// fatal: Sluice serves NOT_SERVING (and answers UNAVAILABLE) until a good
-// one loads, unless --start-without-config makes it serve an empty config
-// (every domain unknown, answered OK) until then.
+// newConfig sets up the config source the settings name (source.New) and
+// makes its first load. A bad config at start is not fatal: Sluice serves
+// NOT_SERVING (and answers UNAVAILABLE) until a good one loads, unless
+// --start-without-config makes it serve an empty config (every domain
+// unknown, answered OK) until then.
 func (srv *server) newConfig() error {
 	s, log := srv.set, srv.log
 	if s.StartWithoutConfig {
@@ -265,20 +284,13 @@ func (srv *server) newConfig() error {
 		srv.core.SetConfig(empty)
 		log.Info("starting without a config: every domain answers OK until one loads")
 	}
-	if s.XDS.Server != "" {
-		src, err := newXDSSource(&s.XDS, srv.reg, log)
-		if err != nil {
-			return err
-		}
-		srv.config = newConfigState(srv.reg, srv.core, src, log)
-		srv.config.version = versionString()
-		log.Info("config from xDS", src.Info().fields()...)
-		return nil
+	src, err := source.New(s, srv.reg, log)
+	if err != nil {
+		return err
 	}
-	files := newFileSource(s.Config, s.selection(), s.ReloadDebounce, log)
-	srv.config = newConfigState(srv.reg, srv.core, files, log)
-	srv.config.version = versionString()
-	files.load(srv.config.deliver)
+	srv.config = source.NewState(srv.reg, srv.core, src, log)
+	srv.page = newConfigPage(srv.config, s)
+	srv.config.Load()
 	return nil
 }
 
@@ -286,7 +298,7 @@ func (srv *server) newConfig() error {
 // its files change. With --grpc-client-ca, client certificates are verified
 // against it: required, or only when sent (--grpc-client-auth=if-given),
 // and with --grpc-client-san they must name that host.
-func serverTLS(s *settings) (credentials.TransportCredentials, error) {
+func serverTLS(s *settings.Settings) (credentials.TransportCredentials, error) {
 	certs, err := newCertReloader(s.GRPCTLSCert, s.GRPCTLSKey)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key: %w", err)
@@ -333,8 +345,8 @@ func (srv *server) openStore() error {
 		st, err := redis.Open(redis.Settings{
 			URL:                         set.RedisURL,
 			MasterName:                  set.RedisSentinel,
-			SentinelAddrs:               splitList(set.RedisSentinels),
-			ClusterAddrs:                splitList(set.RedisCluster),
+			SentinelAddrs:               settings.SplitList(set.RedisSentinels),
+			ClusterAddrs:                settings.SplitList(set.RedisCluster),
 			PoolSize:                    set.RedisPoolSize,
 			DialTimeout:                 set.RedisDial,
 			ReadTimeout:                 set.RedisRead,
@@ -407,7 +419,7 @@ func (srv *server) watchHealth(ctx context.Context) {
 	defer t.Stop()
 	last := ""
 	for {
-		if srv.set.healthNeedsStore && srv.ping != nil {
+		if srv.set.HealthNeedsStore() && srv.ping != nil {
 			srv.storeUp.Store(srv.ping(ctx) == nil)
 		}
 		reason := srv.notReady(ctx)
@@ -455,7 +467,7 @@ func (srv *server) serve(ctx context.Context) error {
 	}()
 	go func() {
 		defer bgWG.Done()
-		srv.config.run(bg)
+		srv.config.Run(bg)
 	}()
 	srv.startListeners(&wg, errc)
 
@@ -550,4 +562,31 @@ func leaseRate(r int) float64 {
 		return -1
 	}
 	return float64(r)
+}
+
+// newQuota builds the rate limit quota service on the decision core's
+// config and the store's shared limits, with its metrics.
+func (srv *server) newQuota() error {
+	s, r := srv.set, &srv.set.RLQS
+	m, err := rlqs.NewMetrics(srv.reg)
+	if err != nil {
+		return err
+	}
+	unmatched, _ := rlqs.ParseBlanket(r.Unmatched)
+	srv.quota = rlqs.New(rlqs.Options{
+		Decider:       srv.core,
+		Store:         srv.shares,
+		Logger:        srv.log.Named("rlqs"),
+		Metrics:       m,
+		AssignmentTTL: r.AssignmentTTL,
+		Burst:         r.Burst,
+		IdleAfter:     r.Idle,
+		Unmatched:     unmatched,
+		FailureMode:   s.Failure(),
+		ShadowMode:    s.ShadowMode,
+		MaxBuckets:    r.MaxBuckets,
+		MaxEntries:    s.MaxEntries,
+		MaxKeyBytes:   s.MaxKeyBytes,
+	})
+	return nil
 }

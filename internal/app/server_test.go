@@ -3,12 +3,10 @@ package app
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,69 +22,9 @@ import (
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
-
-// running is a server started by launch.
-type running struct {
-	srv    *server
-	client rlsv3.RateLimitServiceClient
-	conn   *grpc.ClientConn
-	once   sync.Once
-	done   chan error
-	cancel context.CancelFunc
-	err    error
-}
-
-// stop shuts the server down as SIGTERM would and returns serve's error. It
-// may be called more than once.
-func (r *running) stop() error {
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case r.err = <-r.done:
-		case <-time.After(15 * time.Second):
-			r.err = errors.New("server did not stop within 15s")
-		}
-	})
-	return r.err
-}
-
-// launch runs a server with args on 127.0.0.1 ports chosen at run time,
-// connects a client, and stops both when the test ends.
-func launch(t *testing.T, args ...string) *running {
-	t.Helper()
-	return launchWith(t, nil, args...)
-}
-
-// launchWith is launch with the store wrapped by wrap (nil: as selected).
-func launchWith(t *testing.T, wrap func(limiter.Store) limiter.Store, args ...string) *running {
-	t.Helper()
-	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"}, args...)
-	s, err := parseSettings(args, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.wrapStore = wrap
-	srv, err := newServer(s, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{srv: srv, done: make(chan error, 1), cancel: cancel}
-	go func() { r.done <- srv.serve(ctx) }()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	if r.conn, err = grpc.NewClient(srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.conn.Close() })
-	r.client = rlsv3.NewRateLimitServiceClient(r.conn)
-	return r
-}
 
 // startServer launches a server on the repository's config/.
 func startServer(t *testing.T, args ...string) (*server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
@@ -405,72 +343,14 @@ func TestReadinessAndStore(t *testing.T) {
 	}
 }
 
-func TestSettings(t *testing.T) {
-	env := map[string]string{"SLUICE_GRPC_ADDR": ":9000", "SLUICE_RESPONSE_HEADERS": "compat", "SLUICE_STORE_TIMEOUT": "5ms", "SLUICE_VERSION": "1.2.3"}
-	getenv := func(k string) string { return env[k] }
-	s, err := parseSettings([]string{"--grpc-addr", ":9001"}, getenv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.GRPCAddr != ":9001" || s.HTTPAddr != ":8080" || s.ResponseHeaders != "compat" || s.StoreTimeout != 5*time.Millisecond || s.Config != "config" || s.Version {
-		t.Errorf("settings = %+v", s)
-	}
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{[]string{"--response-headers", "ietf"}, nil, `--response-headers: unknown response header set "ietf" (want draft, compat, draft,compat or none)`},
-		{[]string{"--log-level", "loud"}, nil, `--log-level: unknown level "loud" (want debug, info, warn or error)`},
-		{[]string{"--failure-mode", "maybe"}, nil, `--failure-mode: unknown mode "maybe" (want error, allow or deny)`},
-		{[]string{"--max-descriptors", "0"}, nil, `--max-descriptors: 0 must be at least 1`},
-		{[]string{"--rlqs-assignment-ttl", "1500ms"}, nil, `--rlqs-assignment-ttl: 1.5s: want whole seconds, at least 1s (Envoy reads only the seconds)`},
-		{[]string{"--rlqs-unmatched", "maybe"}, nil, `--rlqs-unmatched: unknown "maybe" (want allow or deny)`},
-		{[]string{"--rlqs-max-buckets", "0"}, nil, `--rlqs-max-buckets: 0 must be at least 1`},
-		{[]string{"--redis-pool-size", "99999999999"}, nil, `--redis-pool-size: 99999999999 must be 0 (the default) to 10000`},
-		{nil, map[string]string{"SLUICE_REDIS_POOL_SIZE": "3000000000"}, `--redis-pool-size: 3000000000 must be 0 (the default) to 10000`},
-		{[]string{"--redis-pool-size", "1", "--redis-calls-in-flight", "4"}, nil, `--redis-pool-size: 1 must be more than --redis-calls-in-flight (4): the rest serve refunds, lease give-backs and probes`},
-		{[]string{"--redis-calls-in-flight", "0"}, nil, `--redis-calls-in-flight: 0 must be 1 to 10000`},
-		{[]string{"--redis-lease-rate", "-1"}, nil, `--redis-lease-rate: -1 must be 0 (off) or more`},
-		{[]string{"--redis-lease-span", "1h"}, nil, `--redis-lease-span: 1h0m0s must be positive and at most 1s`},
-		{nil, map[string]string{"SLUICE_STORE_TIMEOUT": "soon"}, `SLUICE_STORE_TIMEOUT="soon": want a duration such as 15ms or 2s`},
-		{[]string{"serve"}, nil, `unexpected argument "serve" (did you mean 'sluice check serve'?)`},
-		{[]string{"--store-timeout", "fast"}, nil, `invalid value "fast" for flag -store-timeout: parse error (sluice --help lists the flags)`},
-	} {
-		_, err := parseSettings(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
-		if err == nil || err.Error() != tc.want {
-			t.Errorf("parseSettings(%v, %v) error = %v, want %q", tc.args, tc.env, err, tc.want)
-		}
-	}
-}
-
-// TestReadmeSettingsTable keeps the README's settings table equal to the
-// flags the binary has.
-func TestReadmeSettingsTable(t *testing.T) {
-	readme, err := readFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	writeTable(&b)
-	if !strings.Contains(readme, b.String()) {
-		t.Errorf("README.md does not hold the settings table; paste this:\n%s", b.String())
-	}
-}
-
 func TestCheckCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := cli([]string{"check", "../../config"}, &out, &errOut, func(string) string { return "" }); code != 0 {
+	if code := Main(context.Background(), []string{"check", "../../config"}, nil, &out, &errOut); code != 0 {
 		t.Fatalf("check config = %d, stderr %s", code, errOut.String())
 	}
 	if got := out.String(); got != "ok: 2 domains in 2 files\n" { // edge.yaml, algorithms.yaml
 		t.Errorf("check output %q", got)
 	}
-}
-
-func readFile(p string) (string, error) {
-	b, err := os.ReadFile(p)
-	return string(b), err
 }
 
 // TestMetricsEndpoint drives a known sequence over gRPC and reads exact
@@ -513,12 +393,12 @@ func TestFailedStartReleasesListeners(t *testing.T) {
 	}
 	defer taken.Close()
 	grpcAddr := freeAddr(t)
-	s, err := parseSettings([]string{"--config", "../../config", "--grpc-addr", grpcAddr, "--http-addr", taken.Addr().String()},
+	s, err := settings.Parse([]string{"--config", "../../config", "--grpc-addr", grpcAddr, "--http-addr", taken.Addr().String()},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newServer(s, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--http-addr") {
+	if _, err := newServer(s, zap.NewNop(), hooks{}); err == nil || !strings.Contains(err.Error(), "--http-addr") {
 		t.Fatalf("newServer = %v, want an --http-addr error", err)
 	}
 	ln, err := net.Listen("tcp", grpcAddr)

@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
@@ -265,3 +266,16 @@ func httpBody(t *testing.T, url string) string {
 }
 
 func nopLogger() *zap.Logger { return zap.NewNop() }
+
+// TestXDSStartRefusesBadTLSFiles: a missing certificate stops the start,
+// naming the flag.
+func TestXDSStartRefusesBadTLSFiles(t *testing.T) {
+	s, err := settings.Parse([]string{"--xds-server", "127.0.0.1:1", "--xds-tls-cert", "/nonexistent/tls.crt", "--xds-tls-key", "/nonexistent/tls.key",
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", ""}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(s, nopLogger(), hooks{}); err == nil || !strings.Contains(err.Error(), "--xds-tls-cert/--xds-tls-key") {
+		t.Errorf("newServer = %v, want a --xds-tls-cert error", err)
+	}
+}

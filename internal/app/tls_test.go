@@ -93,18 +93,3 @@ func TestGRPCMutualTLS(t *testing.T) {
 		t.Error("without a client certificate the call succeeded")
 	}
 }
-
-func TestTLSSettingsErrors(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--grpc-tls-cert", "x.pem"}, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-client-ca", "ca.pem"}, "--grpc-client-ca: mTLS needs --grpc-tls-cert and --grpc-tls-key"},
-	} {
-		_, err := parseSettings(tc.args, func(string) string { return "" }, nil)
-		if err == nil || err.Error() != tc.want {
-			t.Errorf("parseSettings(%v) = %v, want %q", tc.args, err, tc.want)
-		}
-	}
-}

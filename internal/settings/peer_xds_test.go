@@ -28,7 +28,7 @@ var egEnv = map[string]string{
 // TestPeerXDSSettings: envoyproxy/ratelimit's xDS settings set Sluice's,
 // under the flags and the SLUICE_* variables, in their formats.
 func TestPeerXDSSettings(t *testing.T) {
-	s, err := parseSettings(nil, envOf(egEnv), io.Discard)
+	s, err := Parse(nil, envOf(egEnv), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestPeerXDSSettings(t *testing.T) {
 
 	env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "cluster=eg,zone=a",
 		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer x,x-tenant:blue", "SLUICE_XDS_NODE_ID": "mine"}
-	s, err = parseSettings([]string{"--xds-server", "flag:1"}, envOf(env), io.Discard)
+	s, err = Parse([]string{"--xds-server", "flag:1"}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,27 +72,14 @@ func TestXDSSettingsErrors(t *testing.T) {
 	} {
 		name, v, _ := strings.Cut(env, "=")
 		vars := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", name: v}
-		if _, err := parseSettings(nil, envOf(vars), io.Discard); err == nil || !strings.HasPrefix(err.Error(), want) {
+		if _, err := Parse(nil, envOf(vars), io.Discard); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", env, err, want)
 		}
 	}
 	for _, args := range [][]string{{"--xds-server", "a:1", "--xds-tls-cert", "c"}, {"--xds-server", "a:1", "--xds-backoff-jitter", "2"},
 		{"--xds-server", "a:1", "--xds-node-id", ""}, {"--xds-server", "a:1", "--xds-backoff-max", "1ms"}} {
-		if _, err := parseSettings(args, envOf(nil), io.Discard); err == nil || !strings.HasPrefix(err.Error(), "--xds-") {
+		if _, err := Parse(args, envOf(nil), io.Discard); err == nil || !strings.HasPrefix(err.Error(), "--xds-") {
 			t.Errorf("%q: %v, want an --xds- error", args, err)
 		}
-	}
-}
-
-// TestXDSStartRefusesBadTLSFiles: a missing certificate stops the start,
-// naming the flag.
-func TestXDSStartRefusesBadTLSFiles(t *testing.T) {
-	s, err := parseSettings([]string{"--xds-server", "127.0.0.1:1", "--xds-tls-cert", "/nonexistent/tls.crt", "--xds-tls-key", "/nonexistent/tls.key",
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", ""}, envOf(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := newServer(s, nopLogger()); err == nil || !strings.Contains(err.Error(), "--xds-tls-cert/--xds-tls-key") {
-		t.Errorf("newServer = %v, want a --xds-tls-cert error", err)
 	}
 }

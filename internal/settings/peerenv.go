@@ -544,7 +544,7 @@ func peerRedis(p *peerEnv, name, _ string) error {
 	case "single":
 		p.set("redis-url", redisURL(scheme, socket, raw, user, pass), from...)
 	case "cluster", "sentinel":
-		addrs := splitList(raw)
+		addrs := SplitList(raw)
 		if typ == "sentinel" {
 			if len(addrs) < 2 {
 				return fmt.Errorf("REDIS_URL=%q with REDIS_TYPE=sentinel (envoyproxy/ratelimit's settings): want the master name and the sentinels, \"mymaster,host:port,host:port\"", redis.Redacted(raw))

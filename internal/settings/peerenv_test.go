@@ -309,7 +309,7 @@ func keys[V any](m map[string]V) []string {
 func TestPeerPrecedence(t *testing.T) {
 	env := map[string]string{"REDIS_URL": "peer:6379", "REDIS_SOCKET_TYPE": "tcp", "PORT": "9080", "SLUICE_HTTP_ADDR": ":7080",
 		"LOG_LEVEL": "DEBUG", "NEAR_LIMIT_RATIO": "0.5"}
-	s, err := parseSettings([]string{"--near-limit-ratio", "0.7"}, func(k string) string { return env[k] }, io.Discard)
+	s, err := Parse([]string{"--near-limit-ratio", "0.7"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestPeerSecretsNotShown(t *testing.T) {
 // TestPeerBadValue: a value the peer would not parse names its variable.
 func TestPeerBadValue(t *testing.T) {
 	env := map[string]string{"REDIS_POOL_SIZE": "many"}
-	_, err := parseSettings(nil, func(k string) string { return env[k] }, io.Discard)
+	_, err := Parse(nil, func(k string) string { return env[k] }, io.Discard)
 	if err == nil || err.Error() != `REDIS_POOL_SIZE="many" (envoyproxy/ratelimit's setting): want a whole number` {
 		t.Errorf("error %v", err)
 	}

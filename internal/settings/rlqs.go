@@ -7,13 +7,9 @@ import (
 	"github.com/sluicehq/sluice/pkg/rlqs"
 )
 
-// rlqsServiceName is the gRPC service of Envoy's rate limit quota streams,
-// also reported by gRPC health.
-const rlqsServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
-
-// rlqsSettings are the flags of the rate limit quota service (pkg/rlqs),
+// RLQSSettings are the flags of the rate limit quota service (pkg/rlqs),
 // served on the gRPC listener beside ShouldRateLimit.
-type rlqsSettings struct {
+type RLQSSettings struct {
 	AssignmentTTL time.Duration
 	Burst         time.Duration
 	Idle          time.Duration
@@ -21,8 +17,8 @@ type rlqsSettings struct {
 	MaxBuckets    int
 }
 
-// table lists the quota service's flags, appended to settings.table.
-func (r *rlqsSettings) table() []setting {
+// table lists the quota service's flags, appended to the settings table.
+func (r *RLQSSettings) table() []setting {
 	return []setting{
 		{"rlqs-assignment-ttl", "quota streams (RLQS): lifetime of each assignment, whole seconds, longer than Envoy's reporting_interval; an Envoy that stops reporting keeps its share this long", "10s", &r.AssignmentTTL},
 		{"rlqs-burst", "quota streams: how much of its share an Envoy may admit at once, as time at the share's rate (the token bucket's max_tokens)", "1s", &r.Burst},
@@ -33,7 +29,7 @@ func (r *rlqsSettings) table() []setting {
 }
 
 // validate checks the quota service's flags.
-func (r *rlqsSettings) validate() error {
+func (r *RLQSSettings) validate() error {
 	if r.AssignmentTTL < time.Second || r.AssignmentTTL%time.Second != 0 {
 		return fmt.Errorf("--rlqs-assignment-ttl: %v: want whole seconds, at least 1s (Envoy reads only the seconds)", r.AssignmentTTL)
 	}
@@ -49,32 +45,5 @@ func (r *rlqsSettings) validate() error {
 	if r.MaxBuckets < 1 {
 		return fmt.Errorf("--rlqs-max-buckets: %d must be at least 1", r.MaxBuckets)
 	}
-	return nil
-}
-
-// newQuota builds the rate limit quota service on the decision core's
-// config and the store's shared limits, with its metrics.
-func (srv *server) newQuota() error {
-	s, r := srv.set, &srv.set.RLQS
-	m, err := rlqs.NewMetrics(srv.reg)
-	if err != nil {
-		return err
-	}
-	unmatched, _ := rlqs.ParseBlanket(r.Unmatched)
-	srv.quota = rlqs.New(rlqs.Options{
-		Decider:       srv.core,
-		Store:         srv.shares,
-		Logger:        srv.log.Named("rlqs"),
-		Metrics:       m,
-		AssignmentTTL: r.AssignmentTTL,
-		Burst:         r.Burst,
-		IdleAfter:     r.Idle,
-		Unmatched:     unmatched,
-		FailureMode:   s.failureMode(),
-		ShadowMode:    s.ShadowMode,
-		MaxBuckets:    r.MaxBuckets,
-		MaxEntries:    s.MaxEntries,
-		MaxKeyBytes:   s.MaxKeyBytes,
-	})
 	return nil
 }

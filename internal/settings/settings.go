@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
-// settings are the server's flags, each with an environment twin
+// Settings are the server's flags, each with an environment twin
 // (SLUICE_ + the flag name in upper case with '-' as '_'). A flag given on the
 // command line wins over its environment variable, which wins over the
 // setting envoyproxy/ratelimit reads for it (peerenv.go), which wins over
-// the default.
-type settings struct {
+// the default. Parse returns them validated; the methods return the parsed
+// forms of the fields that hold text.
+type Settings struct {
 	Config          string
 	ConfigTree      bool
 	ConfigDotfiles  bool
@@ -80,29 +80,27 @@ type settings struct {
 	Version         bool
 	ReadyNeedsStore bool
 	// StartWithoutConfig and XDS are the config source's settings
-	// (settings_xds.go).
+	// (xds.go).
 	StartWithoutConfig bool
-	XDS                xdsSettings
-	uiSettings         // ui.go
-	tracingSettings    // tracing.go
-	// RLQS are the rate limit quota service's settings (settings_rlqs.go).
-	RLQS rlqsSettings
+	XDS                XDSSettings
+	UISettings         // ui.go
+	TracingSettings    // tracing.go
+	// RLQS are the rate limit quota service's settings (rlqs.go).
+	RLQS RLQSSettings
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
 	healthNeedsConfig, healthNeedsStore bool
-	// peer is what envoyproxy/ratelimit's variables set, for the start-up
-	// log lines; envWarnings are SLUICE_* variables that are no setting.
-	peer        *peerEnv
-	envWarnings []string
-
-	// wrapStore, when set (tests only), wraps the store the settings select.
-	wrapStore func(limiter.Store) limiter.Store
+	// peer is what envoyproxy/ratelimit's variables set, and given what
+	// the flags and SLUICE_* variables set, for the report of what is in
+	// force (report.go).
+	peer  *peerEnv
+	given map[string]string
 }
 
-// flagErrHelp is returned by parseSettings for -h and --help: usage was
-// printed and the process exits 0.
-var flagErrHelp = flag.ErrHelp
+// ErrHelp is returned by Parse for -h and --help: usage was printed and
+// the process exits 0.
+var ErrHelp = flag.ErrHelp
 
 // setting describes one flag for parsing and for the README table.
 type setting struct {
@@ -111,7 +109,7 @@ type setting struct {
 	ptr         any
 }
 
-func (s *settings) table() []setting {
+func (s *Settings) table() []setting {
 	return []setting{
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"config-tree", "load every file below the --config directory, of any extension, subdirectories included (envoyproxy/ratelimit's layout)", "false", &s.ConfigTree},
@@ -186,7 +184,7 @@ func (s *settings) table() []setting {
 
 // allSettings is table with the xDS source's settings (settings_xds.go) and
 // the quota service's (settings_rlqs.go).
-func (s *settings) allSettings() []setting {
+func (s *Settings) allSettings() []setting {
 	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
 }
 
@@ -198,11 +196,11 @@ func envName(flagName string) string {
 	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseSettings reads args, the SLUICE_* environment and envoyproxy/ratelimit's
+// Parse reads args, the SLUICE_* environment and envoyproxy/ratelimit's
 // variables, in that order of precedence. It returns an error naming the
 // flag or variable for a value that does not parse or is out of range, and
 // for a peer setting Sluice refuses. --help prints the usage to helpOut.
-func parseSettings(args []string, getenv func(string) string, helpOut io.Writer) (*settings, error) {
+func Parse(args []string, getenv func(string) string, helpOut io.Writer) (*Settings, error) {
 	peer, err := readPeerEnv(getenv)
 	if err == nil {
 		err = applyOtelFallbacks(peer) // tracing.go
@@ -210,7 +208,7 @@ func parseSettings(args []string, getenv func(string) string, helpOut io.Writer)
 	if err != nil {
 		return nil, err
 	}
-	s := &settings{peer: peer}
+	s := &Settings{peer: peer, given: map[string]string{}}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints below
 	for _, t := range s.allSettings() {
@@ -234,7 +232,7 @@ func parseSettings(args []string, getenv func(string) string, helpOut io.Writer)
 			fmt.Fprint(helpOut, usageText)
 			fs.SetOutput(helpOut)
 			fs.PrintDefaults()
-			return nil, flagErrHelp
+			return nil, ErrHelp
 		}
 		return nil, fmt.Errorf("%v (sluice --help lists the flags)", err)
 	}
@@ -290,12 +288,12 @@ func defineFlag(fs *flag.FlagSet, t setting, def string) error {
 	return nil
 }
 
-// unknownEnv returns a warning for every SLUICE_* variable of environ (as
+// UnknownEnv returns a warning for every SLUICE_* variable of environ (as
 // os.Environ returns it) that is no setting, naming the closest setting.
-func unknownEnv(environ []string) []string {
+func UnknownEnv(environ []string) []string {
 	known := map[string]bool{}
 	var names []string
-	for _, t := range (&settings{}).allSettings() {
+	for _, t := range (&Settings{}).allSettings() {
 		known[envName(t.name)] = true
 		names = append(names, envName(t.name))
 	}
@@ -349,7 +347,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-func (s *settings) validate() error {
+func (s *Settings) validate() error {
 	// Words are case-insensitive, as envoyproxy/ratelimit's are.
 	for _, p := range []*string{&s.LogLevel, &s.LogFormat, &s.FailureMode, &s.Healthcheck, &s.GRPCClientAuth, &s.ResponseHeaders} {
 		*p = strings.ToLower(strings.TrimSpace(*p))
@@ -424,7 +422,7 @@ const maxPoolSize = 10000
 
 // validateRedis checks the Redis settings: the calls in flight, leases,
 // the pool, and a choice of Sentinel or Cluster.
-func (s *settings) validateRedis() error {
+func (s *Settings) validateRedis() error {
 	if s.RedisInFlight < 1 || s.RedisInFlight > maxPoolSize {
 		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 to %d", s.RedisInFlight, maxPoolSize)
 	}
@@ -453,7 +451,7 @@ func (s *settings) validateRedis() error {
 // validateDropIn checks the settings that envoyproxy/ratelimit's
 // deployments rely on: /healthcheck, the extra listeners, client
 // certificates and the compat header names.
-func (s *settings) validateDropIn() error {
+func (s *Settings) validateDropIn() error {
 	s.healthNeedsConfig, s.healthNeedsStore = false, false
 	for _, w := range strings.Split(s.Healthcheck, ",") {
 		switch strings.TrimSpace(w) {
@@ -487,30 +485,31 @@ func (s *settings) validateDropIn() error {
 	return nil
 }
 
-// selection is which files of a --config directory are loaded: *.yaml and
+// Selection is which files of a --config directory are loaded: *.yaml and
 // *.yml, or with --config-tree every file below it (envoyproxy/ratelimit's
 // layout), dotfiles per --config-dotfiles.
-func (s *settings) selection() descriptors.Selection {
+func (s *Settings) Selection() descriptors.Selection {
 	if !s.ConfigTree {
 		return descriptors.YAMLFiles
 	}
 	return descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
 }
 
-// compatNames is CompatNames, validated.
-func (s *settings) compatNames() [3]string {
+// CompatHeaderNames is CompatNames, validated: the names of the limit, the
+// remaining and the reset headers.
+func (s *Settings) CompatHeaderNames() [3]string {
 	n := strings.Split(s.CompatNames, ",")
 	return [3]string{strings.TrimSpace(n[0]), strings.TrimSpace(n[1]), strings.TrimSpace(n[2])}
 }
 
-// nearLimitRatio is NearLimitRatio, validated.
-func (s *settings) nearLimitRatio() float64 {
+// NearLimit is NearLimitRatio, validated: a share in (0, 1].
+func (s *Settings) NearLimit() float64 {
 	r, _ := strconv.ParseFloat(s.NearLimitRatio, 64)
 	return r
 }
 
-// splitList splits a comma-separated setting, dropping empty items.
-func splitList(v string) []string {
+// SplitList splits a comma-separated setting, dropping empty items.
+func SplitList(v string) []string {
 	var out []string
 	for _, x := range strings.Split(v, ",") {
 		if x = strings.TrimSpace(x); x != "" {
@@ -520,8 +519,8 @@ func splitList(v string) []string {
 	return out
 }
 
-// failureMode is FailureMode, validated.
-func (s *settings) failureMode() descriptors.FailureMode {
+// Failure is FailureMode, validated.
+func (s *Settings) Failure() descriptors.FailureMode {
 	m, _ := descriptors.ParseFailureMode(s.FailureMode)
 	return m
 }
@@ -530,7 +529,7 @@ func (s *settings) failureMode() descriptors.FailureMode {
 func writeTable(w io.Writer) {
 	fmt.Fprintln(w, "| flag | environment | default | meaning |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- |")
-	for _, t := range (&settings{}).allSettings() {
+	for _, t := range (&Settings{}).allSettings() {
 		def := "`" + t.def + "`"
 		if t.def == "" {
 			def = "(empty)"
@@ -542,3 +541,13 @@ func writeTable(w io.Writer) {
 		fmt.Fprintf(w, "| `--%s` | %s | %s | %s |\n", t.name, env, def, t.usage)
 	}
 }
+
+// Headers is ResponseHeaders, validated: the headers for Envoy to add.
+func (s *Settings) Headers() rls.HeaderSet { return s.headers }
+
+// HealthNeedsConfig and HealthNeedsStore are Healthcheck, validated: what
+// GET /healthcheck needs besides a live process.
+func (s *Settings) HealthNeedsConfig() bool { return s.healthNeedsConfig }
+
+// HealthNeedsStore: see HealthNeedsConfig.
+func (s *Settings) HealthNeedsStore() bool { return s.healthNeedsStore }

@@ -16,9 +16,9 @@ import (
 	"github.com/sluicehq/sluice/pkg/xdsconfig"
 )
 
-// xdsSettings are the flags of the xDS config source (source_xds.go).
+// XDSSettings are the flags of the xDS config source (internal/source).
 // --xds-server turns it on instead of --config.
-type xdsSettings struct {
+type XDSSettings struct {
 	Server         string
 	NodeID         string
 	NodeMetadata   string
@@ -34,8 +34,8 @@ type xdsSettings struct {
 	MaxMsgBytes    int
 }
 
-// table lists the xDS flags, appended to settings.table.
-func (x *xdsSettings) table() []setting {
+// table lists the xDS flags, appended to the settings table.
+func (x *XDSSettings) table() []setting {
 	return []setting{
 		{"xds-server", "xDS server (host:port) to load the config from instead of --config: a SotW ADS subscription to RateLimitConfig resources, as Envoy Gateway serves them", "", &x.Server},
 		{"xds-node-id", "node id sent to the xDS server, which picks the config by it (Envoy Gateway serves envoy-ratelimit)", "sluice", &x.NodeID},
@@ -54,7 +54,7 @@ func (x *xdsSettings) table() []setting {
 }
 
 // validate checks the xDS flags when --xds-server is set.
-func (x *xdsSettings) validate() error {
+func (x *XDSSettings) validate() error {
 	if x.Server == "" {
 		return nil
 	}
@@ -86,7 +86,7 @@ func (x *xdsSettings) validate() error {
 // map; an item without sep or with an empty key is an error.
 func pairs(v, sep string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, item := range splitList(v) {
+	for _, item := range SplitList(v) {
 		k, val, ok := strings.Cut(item, sep)
 		if !ok || strings.TrimSpace(k) == "" {
 			return nil, fmt.Errorf("%q is not key%svalue", item, sep)
@@ -97,7 +97,7 @@ func pairs(v, sep string) (map[string]string, error) {
 }
 
 // tlsOn reports whether the xDS connection uses TLS.
-func (x *xdsSettings) tlsOn() bool {
+func (x *XDSSettings) tlsOn() bool {
 	return x.TLS || x.TLSCA != "" || x.TLSCert != "" || x.TLSServerName != ""
 }
 
@@ -105,7 +105,7 @@ func (x *xdsSettings) tlsOn() bool {
 // connection attempt, reading the files again each time (certificates
 // rotated on disk are picked up at the next reconnection); nil when TLS is
 // off.
-func (x *xdsSettings) tlsConfig() func() (*tls.Config, error) {
+func (x *XDSSettings) tlsConfig() func() (*tls.Config, error) {
 	if !x.tlsOn() {
 		return nil
 	}
@@ -132,8 +132,9 @@ func (x *xdsSettings) tlsConfig() func() (*tls.Config, error) {
 	}
 }
 
-// options returns the xdsconfig.Options of the settings (validated).
-func (x *xdsSettings) options() xdsconfig.Options {
+// Options returns the xdsconfig.Options of the settings (validated): no
+// Metrics and no Logger, which the source sets.
+func (x *XDSSettings) Options() xdsconfig.Options {
 	meta, _ := pairs(x.NodeMetadata, "=")
 	fields := make(map[string]*structpb.Value, len(meta))
 	for k, v := range meta {

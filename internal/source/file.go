@@ -16,15 +16,15 @@ import (
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
-// maxWaitFactor bounds how long a burst of changes can hold a reload back:
-// at most maxWaitFactor debounces after the burst's first change (1 s at the
+// MaxWaitFactor bounds how long a burst of changes can hold a reload back:
+// at most MaxWaitFactor debounces after the burst's first change (1 s at the
 // default 250 ms), a reload happens even while changes continue. A burst
 // that one save or one ConfigMap swap makes is over within milliseconds; a
 // file still changing after four quiet periods is being rewritten without
 // pause, and waiting for it to stop would never reload (issue 12 item 8).
 // A reload in the middle of such writes may read a half-written file: its
 // errors are reported and the config in force stays, until the next reload.
-const maxWaitFactor = 4
+const MaxWaitFactor = 4
 
 // fileSource is the config in files: --config, a file or a directory
 // (whose files descriptors.Files selects), watched for changes.
@@ -34,29 +34,29 @@ type fileSource struct {
 	sel      descriptors.Selection
 	log      *zap.Logger
 
-	mu    sync.Mutex // serializes loads: the first (newServer's), then Run's
+	mu    sync.Mutex // serializes loads: the first (Load's), then Run's
 	fp    [sha256.Size]byte
 	fpSet bool
 }
 
-var _ configSource = (*fileSource)(nil)
+var _ Source = (*fileSource)(nil)
 
 // newFileSource returns the source of the config at path, the files of a
 // directory chosen by sel, reloaded debounce after a change (see
-// maxWaitFactor).
+// MaxWaitFactor).
 func newFileSource(path string, sel descriptors.Selection, debounce time.Duration, log *zap.Logger) *fileSource {
 	return &fileSource{path: path, debounce: debounce, sel: sel, log: log}
 }
 
 // Info describes the source: its kind and --config.
-func (f *fileSource) Info() sourceInfo {
-	return sourceInfo{Kind: "file", Path: f.path}
+func (f *fileSource) Info() Info {
+	return Info{Kind: "file", Path: f.path}
 }
 
-// load loads the files and delivers the outcome, unless no file changed
+// Load loads the files and delivers the outcome, unless no file changed
 // since the last load (an event about a log file beside the config, a
 // touch). It reports whether it loaded.
-func (f *fileSource) load(deliver deliverFunc) bool {
+func (f *fileSource) Load(deliver Deliver) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fp := f.fingerprint()
@@ -95,8 +95,8 @@ func (f *fileSource) fingerprint() [sha256.Size]byte {
 // directory), so it sees editors' rename-on-save and the symlink swap of a
 // Kubernetes ConfigMap (..data -> ..2026_...). It loads once changes have
 // been quiet for the debounce, so that a burst of writes is one reload, or
-// at the latest maxWaitFactor debounces after the burst began.
-func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
+// at the latest MaxWaitFactor debounces after the burst began.
+func (f *fileSource) Run(ctx context.Context, deliver Deliver) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -109,8 +109,8 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 	f.log.Info("watching config", zap.String("config_file", f.path))
 	// A change between the first load and the watch has no event: load
 	// once more now (nothing happens when no file changed).
-	f.load(deliver)
-	d := debounce{wait: f.debounce, max: maxWaitFactor * f.debounce}
+	f.Load(deliver)
+	d := debounce{wait: f.debounce, max: MaxWaitFactor * f.debounce}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -132,7 +132,7 @@ func (f *fileSource) Run(ctx context.Context, deliver deliverFunc) error {
 			f.log.Warn("config watch error", zap.Error(err))
 		case <-timer.C:
 			d.fired()
-			f.load(deliver)
+			f.Load(deliver)
 			f.watch(w)
 		}
 	}

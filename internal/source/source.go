@@ -2,53 +2,57 @@ package source
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
-// configSink is what configs are delivered to: the service that decides
-// with the config in force (*ratelimit.Service).
-type configSink interface {
+// Sink is what configs are delivered to: the service that decides with the
+// config in force (*ratelimit.Service).
+type Sink interface {
 	// SetConfig makes c the config of every call that starts after it.
 	SetConfig(c *descriptors.Config)
 	// Config returns the config in force, nil if none.
 	Config() *descriptors.Config
 }
 
-// deliverFunc receives the outcome of one load of a source: a config that
+// Deliver receives the outcome of one load of a source: a config that
 // built (err nil), or the builder's errors (cfg nil).
-type deliverFunc func(cfg *descriptors.Config, err error)
+type Deliver func(cfg *descriptors.Config, err error)
 
-// configSource is a place configs come from: files (fileSource) or an xDS
-// server (xdsSource). A source builds its configs with pkg/descriptors (Load,
-// or Build on Documents of its own) and delivers every outcome; what to do
-// with one (swap it in, count it, log it, show it on /config) is
-// configState's.
+// Source is a place configs come from: files (fileSource) or an xDS server
+// (xdsSource). A source builds its configs with pkg/descriptors (Load, or
+// Build on Documents of its own) and delivers every outcome; what to do with
+// one (swap it in, count it, log it, show it on /config) is State's.
 //
 // To add a source: convert what it holds into descriptors.Documents (File
 // names it in errors, e.g. "xds:<resource name>"), call descriptors.Build,
-// deliver the result from Run, describe it in Info, and hand it to
-// newConfigState in newServer. Rules, errors and the swap stay shared.
-type configSource interface {
+// deliver the result from Load and Run, describe it in Info, and choose it
+// in New. Rules, errors and the swap stay shared.
+type Source interface {
+	// Load delivers the outcome of loading what the source holds now, the
+	// first load, before the server serves; it reports whether it
+	// delivered one. A source whose configs arrive only while it runs
+	// (xDS) delivers nothing.
+	Load(deliver Deliver) bool
 	// Run watches the source until ctx ends and delivers each new outcome:
 	// a config that built, or the errors of one that did not. It never
 	// delivers the same content twice in a row. It returns nil once ctx
 	// ends, or at once an error if it cannot watch at all.
-	Run(ctx context.Context, deliver deliverFunc) error
+	Run(ctx context.Context, deliver Deliver) error
 	// Info describes the source for /config and logs. It is safe for
 	// concurrent use.
-	Info() sourceInfo
+	Info() Info
 }
 
-// sourceInfo describes a config source.
-type sourceInfo struct {
+// Info describes a config source: /config's "source" and the log fields
+// that name it.
+type Info struct {
 	// Kind is "file" or "xds".
 	Kind string `json:"kind"`
 	// Path is --config, for a file source.
@@ -65,8 +69,8 @@ type sourceInfo struct {
 	RefusedVersion string `json:"refused_version,omitempty"`
 }
 
-// fields are the log fields that name the source.
-func (si sourceInfo) fields() []zap.Field {
+// Fields are the log fields that name the source.
+func (si Info) Fields() []zap.Field {
 	switch {
 	case si.Path != "":
 		return []zap.Field{zap.String("config_file", si.Path)}
@@ -81,14 +85,14 @@ func (si sourceInfo) fields() []zap.Field {
 	return []zap.Field{zap.String("config_source", si.Kind)}
 }
 
-// configState puts the configs a source delivers into force and keeps the
-// outcome of the last load, for /config, the metrics and the logs. It is
-// safe for concurrent use.
-type configState struct {
-	sink    configSink
-	src     configSource
-	log     *zap.Logger
-	version string // the binary's, for /config; set before use
+// State puts the configs a source delivers into force and keeps the
+// outcome of the last load, for /config, the metrics and the logs: a config
+// that does not build never replaces the one in force. It is safe for
+// concurrent use.
+type State struct {
+	sink Sink
+	src  Source
+	log  *zap.Logger
 
 	mu       sync.Mutex
 	files    []string
@@ -100,14 +104,13 @@ type configState struct {
 	reloads *prometheus.CounterVec // result: ok, error
 	lastOK  prometheus.Gauge
 
-	cfg        *descriptors.Config // in force, for /config's rules (ui.go)
-	cfgVersion string              // of cfg: configVersion
+	cfg *descriptors.Config // in force, for /config's rules
 }
 
-// newConfigState registers the config metrics on reg and returns the state
-// that feeds sink from src.
-func newConfigState(reg prometheus.Registerer, sink configSink, src configSource, log *zap.Logger) *configState {
-	cs := &configState{
+// NewState registers the config metrics on reg and returns the state that
+// feeds sink from src.
+func NewState(reg prometheus.Registerer, sink Sink, src Source, log *zap.Logger) *State {
+	cs := &State{
 		sink: sink,
 		src:  src,
 		log:  log,
@@ -120,17 +123,53 @@ func newConfigState(reg prometheus.Registerer, sink configSink, src configSource
 	return cs
 }
 
-// run runs the source until ctx ends, delivering to cs. A source that
+// Load makes the source's first load, delivered to cs as every later one.
+func (cs *State) Load() {
+	cs.src.Load(cs.deliver)
+}
+
+// Run runs the source until ctx ends, delivering to cs. A source that
 // cannot run is logged: the config in force stays, without reloads.
-func (cs *configState) run(ctx context.Context) {
+func (cs *State) Run(ctx context.Context) {
 	if err := cs.src.Run(ctx, cs.deliver); err != nil {
-		cs.log.Error("cannot watch config, hot reload is off", append(cs.src.Info().fields(), zap.Error(err))...)
+		cs.log.Error("cannot watch config, hot reload is off", append(cs.src.Info().Fields(), zap.Error(err))...)
 	}
+}
+
+// Info describes the source.
+func (cs *State) Info() Info { return cs.src.Info() }
+
+// Status is the outcome of the loads so far.
+type Status struct {
+	Source Info
+	// Config is the config in force, nil if none; Files and Domains are
+	// its files and domains, LoadedAt when it was loaded.
+	Config   *descriptors.Config
+	Files    []string
+	Domains  []string
+	LoadedAt time.Time
+	// LastError holds the errors of the last load if it failed (nil if it
+	// did not), ErrorAt when.
+	LastError []string
+	ErrorAt   time.Time
+}
+
+// Status returns the outcome of the loads so far.
+func (cs *State) Status() Status {
+	info := cs.src.Info()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	st := Status{Source: info, Config: cs.cfg, Files: cs.files, Domains: append([]string(nil), cs.domains...), LoadedAt: cs.loadedAt,
+		LastError: append([]string(nil), cs.lastErr...)}
+	if len(cs.lastErr) > 0 {
+		st.ErrorAt = cs.errAt
+	}
+	return st
 }
 
 // deliver takes one outcome of a load. A config that built goes into force;
 // an error keeps the config in force, and is logged and kept for /config.
-func (cs *configState) deliver(cfg *descriptors.Config, err error) {
+func (cs *State) deliver(cfg *descriptors.Config, err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if err != nil {
@@ -141,7 +180,7 @@ func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 		if cs.sink.Config() == nil {
 			msg = "config error, no config in force"
 		}
-		fields := cs.src.Info().fields()
+		fields := cs.src.Info().Fields()
 		for _, e := range unjoin(err) {
 			cs.lastErr = append(cs.lastErr, e.Error())
 			cs.log.Error(msg, append(fields, zap.Error(e))...)
@@ -162,43 +201,28 @@ func (cs *configState) deliver(cfg *descriptors.Config, err error) {
 	}
 	cs.loadedAt = time.Now()
 	cs.lastErr = nil
-	cs.cfg, cs.cfgVersion = cfg, configVersion(cfg)
+	cs.cfg = cfg
 	fields := []zap.Field{zap.Strings("config_file", cfg.Files), zap.Int("domains", len(cfg.Domains()))}
 	if si := cs.src.Info(); si.Kind != "file" {
-		fields = append(fields, si.fields()...)
+		fields = append(fields, si.Fields()...)
 	}
 	cs.log.Info("config loaded", fields...)
 }
 
-// ServeHTTP answers /config: the source, the config in force (its files,
-// domains, load time, version and every domain's rules with their names,
-// limits and algorithms) and the errors of the last load if it failed.
-func (cs *configState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	cs.mu.Lock()
-	out := struct {
-		Version   string     `json:"version"`
-		Source    sourceInfo `json:"source"`
-		Files     []string   `json:"files"`
-		Domains   []string   `json:"domains"`
-		LoadedAt  *time.Time `json:"loaded_at,omitempty"`
-		LastError []string   `json:"last_error,omitempty"`
-		ErrorAt   *time.Time `json:"last_error_at,omitempty"`
-		// ConfigVersion identifies the rules in force (configVersion).
-		ConfigVersion string       `json:"config_version,omitempty"`
-		Rules         []configView `json:"rules"`
-	}{Version: cs.version, Source: cs.src.Info(), Files: cs.files, Domains: cs.domains, LastError: cs.lastErr,
-		ConfigVersion: cs.cfgVersion, Rules: describeConfig(cs.cfg)}
-	if !cs.loadedAt.IsZero() {
-		t := cs.loadedAt
-		out.LoadedAt = &t
+// unjoin splits an errors.Join into its errors.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
 	}
-	if len(cs.lastErr) > 0 {
-		t := cs.errAt
-		out.ErrorAt = &t
+	return []error{err}
+}
+
+// New returns the source the settings name: the xDS server of --xds-server,
+// or else the files of --config, watched. It returns an error naming the
+// setting when the xDS source cannot be set up (its TLS files, say).
+func New(s *settings.Settings, reg prometheus.Registerer, log *zap.Logger) (Source, error) {
+	if s.XDS.Server != "" {
+		return newXDSSource(&s.XDS, reg, log)
 	}
-	cs.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(out)
+	return newFileSource(s.Config, s.Selection(), s.ReloadDebounce, log), nil
 }

@@ -2,9 +2,8 @@ package source
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -19,20 +18,22 @@ import (
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
-// fakeSink is a configSink that only holds the config.
+// fakeSink is a Sink that only holds the config.
 type fakeSink struct{ cfg *descriptors.Config }
 
 func (s *fakeSink) SetConfig(c *descriptors.Config) { s.cfg = c }
 func (s *fakeSink) Config() *descriptors.Config     { return s.cfg }
 
-// scriptSource is a configSource that is not files, as an xDS source will
-// be: it delivers what it builds from Documents, then waits for the end.
+// scriptSource is a Source that is not files, as the xDS source is: it
+// delivers what it builds from Documents, then waits for the end.
 type scriptSource struct {
 	docs [][]*descriptors.Document // one build per entry
 	err  error                     // returned at once if set
 }
 
-func (s *scriptSource) Run(ctx context.Context, deliver deliverFunc) error {
+func (s *scriptSource) Load(Deliver) bool { return false }
+
+func (s *scriptSource) Run(ctx context.Context, deliver Deliver) error {
 	if s.err != nil {
 		return s.err
 	}
@@ -43,15 +44,16 @@ func (s *scriptSource) Run(ctx context.Context, deliver deliverFunc) error {
 	return nil
 }
 
-func (s *scriptSource) Info() sourceInfo { return sourceInfo{Kind: "xds"} }
+func (s *scriptSource) Info() Info { return Info{Kind: "xds"} }
 
 func xdsDocument(name, domain string) *descriptors.Document {
 	return &descriptors.Document{File: "xds:" + name, Domain: descriptors.Set(domain)}
 }
 
-// TestConfigSourceSeam drives configState with a source that is not files:
-// a config that builds goes into force, one that does not keeps it and
-// shows its positioned errors on /config, in the metrics and the logs.
+// TestConfigSourceSeam drives State with a source that is not files: a
+// config that builds goes into force, one that does not keeps it and shows
+// its positioned errors in the status that /config renders, in the metrics
+// and the logs.
 func TestConfigSourceSeam(t *testing.T) {
 	src := &scriptSource{docs: [][]*descriptors.Document{
 		{xdsDocument("a", "api")},
@@ -59,11 +61,11 @@ func TestConfigSourceSeam(t *testing.T) {
 	}}
 	sink := &fakeSink{}
 	core, logs := observer.New(zap.InfoLevel)
-	cs := newConfigState(prometheus.NewRegistry(), sink, src, zap.New(core))
+	cs := NewState(prometheus.NewRegistry(), sink, src, zap.New(core))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		cs.run(ctx)
+		cs.Run(ctx)
 		close(done)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
@@ -80,20 +82,10 @@ func TestConfigSourceSeam(t *testing.T) {
 		testutil.ToFloat64(cs.lastOK); ok != 1 || bad != 1 || last != 0 {
 		t.Errorf("loads ok %v, error %v, last success %v; want 1, 1, 0", ok, bad, last)
 	}
-	rec := httptest.NewRecorder()
-	cs.ServeHTTP(rec, httptest.NewRequest("GET", "/config", nil))
-	var page struct {
-		Source    sourceInfo `json:"source"`
-		Files     []string   `json:"files"`
-		Domains   []string   `json:"domains"`
-		LastError []string   `json:"last_error"`
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
-		t.Fatal(err)
-	}
+	page := cs.Status()
 	if page.Source.Kind != "xds" || !slices.Equal(page.Files, []string{"xds:a"}) || !slices.Equal(page.Domains, []string{"api"}) ||
 		!slices.Equal(page.LastError, []string{"xds:b: domain: missing domain"}) {
-		t.Errorf("/config = %s", rec.Body)
+		t.Errorf("status for /config = %+v", page)
 	}
 	errLogs := logs.FilterMessage("config error, keeping the config in force").All()
 	if len(errLogs) != 1 || errLogs[0].ContextMap()["config_source"] != "xds" || errLogs[0].ContextMap()["error"] != "xds:b: domain: missing domain" {
@@ -106,8 +98,8 @@ func TestConfigSourceSeam(t *testing.T) {
 func TestConfigSourceCannotRun(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	sink := &fakeSink{}
-	cs := newConfigState(prometheus.NewRegistry(), sink, &scriptSource{err: errors.New("no route to server")}, zap.New(core))
-	cs.run(context.Background())
+	cs := NewState(prometheus.NewRegistry(), sink, &scriptSource{err: errors.New("no route to server")}, zap.New(core))
+	cs.Run(context.Background())
 	got := logs.FilterMessage("cannot watch config, hot reload is off").All()
 	if len(got) != 1 || got[0].Level != zapcore.ErrorLevel || got[0].ContextMap()["error"] != "no route to server" {
 		t.Errorf("logs = %v, want one error naming the cause", logs.All())
@@ -143,7 +135,7 @@ func TestFileSourceFingerprint(t *testing.T) {
 			true, []string{"a2", "b", "notes"}},
 	} {
 		step.do()
-		if loaded := fs.load(deliver); loaded != step.want {
+		if loaded := fs.Load(deliver); loaded != step.want {
 			t.Errorf("%s: load = %v, want %v", step.name, loaded, step.want)
 		}
 		var doms []string
@@ -161,7 +153,7 @@ func TestFileSourceFingerprint(t *testing.T) {
 func TestDebounce(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	d := debounce{wait: 250 * time.Millisecond, max: maxWaitFactor * 250 * time.Millisecond}
+	d := debounce{wait: 250 * time.Millisecond, max: MaxWaitFactor * 250 * time.Millisecond}
 	for _, step := range []struct {
 		at    time.Time
 		fired bool // the timer fired before this change
@@ -186,5 +178,12 @@ func TestDebounce(t *testing.T) {
 	zero := debounce{}
 	if got := zero.event(t0); got != 0 {
 		t.Errorf("zero debounce: event = %v, want 0", got)
+	}
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/xdsconfig"
 )
 
@@ -14,15 +15,16 @@ import (
 // resources, as Envoy Gateway serves them (pkg/xdsconfig).
 type xdsSource struct {
 	client *xdsconfig.Client
+	log    *zap.Logger
 }
 
-var _ configSource = (*xdsSource)(nil)
+var _ Source = (*xdsSource)(nil)
 
 // newXDSSource returns the xDS source of x, with its metrics on reg. It
 // reads the TLS files once, so that a missing or bad file stops the start
 // (later connection attempts read them again).
-func newXDSSource(x *xdsSettings, reg prometheus.Registerer, log *zap.Logger) (*xdsSource, error) {
-	opts := x.options()
+func newXDSSource(x *settings.XDSSettings, reg prometheus.Registerer, log *zap.Logger) (*xdsSource, error) {
+	opts := x.Options()
 	if opts.TLS != nil {
 		if _, err := opts.TLS(); err != nil {
 			return nil, err
@@ -37,18 +39,25 @@ func newXDSSource(x *xdsSettings, reg prometheus.Registerer, log *zap.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("--xds-server: %w", err)
 	}
-	return &xdsSource{client: c}, nil
+	return &xdsSource{client: c, log: log}, nil
+}
+
+// Load delivers nothing: the config arrives once Run has subscribed. It
+// logs where it will come from.
+func (x *xdsSource) Load(Deliver) bool {
+	x.log.Info("config from xDS", x.Info().Fields()...)
+	return false
 }
 
 // Run subscribes until ctx ends, delivering each new outcome.
-func (x *xdsSource) Run(ctx context.Context, deliver deliverFunc) error {
+func (x *xdsSource) Run(ctx context.Context, deliver Deliver) error {
 	return x.client.Run(ctx, deliver)
 }
 
 // Info describes the subscription: server, node id, connection and
 // versions.
-func (x *xdsSource) Info() sourceInfo {
+func (x *xdsSource) Info() Info {
 	st := x.client.Status()
-	return sourceInfo{Kind: "xds", Server: st.Server, NodeID: st.NodeID, Connected: &st.Connected,
+	return Info{Kind: "xds", Server: st.Server, NodeID: st.NodeID, Connected: &st.Connected,
 		Version: st.Version, RefusedVersion: st.RefusedVersion}
 }
