@@ -39,6 +39,7 @@ fuzz:
 # match the originals. They live in shared/compat beside the repository, not
 # in it, hence a target of their own (CI runs it).
 compat:
+	@test -d ../shared/compat/valid || { echo "make compat needs envoyproxy/ratelimit's and Envoy Gateway's configs in ../shared/compat beside this checkout (CI lays them there); they are not in the repository"; exit 2; }
 	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./internal/app/ ./test/integration/
 
 bench:

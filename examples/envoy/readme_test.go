@@ -17,11 +17,11 @@ import (
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
-// TestReadmeLimitedResponse replays the README's "A limited response looks
+// TestReadmeLimitedResponse replays docs/envoy-demo.md's "A limited response looks
 // like this" (bob's 11th search in a minute, 5 s into it, on the compose
 // file's settings) through the descriptors envoy.yaml sends, Sluice's
 // decision and the headers Envoy builds (its own x-envoy-ratelimited and
-// x-ratelimit-* included), and requires the README to show exactly those
+// x-ratelimit-* included), and requires that page to show exactly those
 // headers, in Envoy's order.
 func TestReadmeLimitedResponse(t *testing.T) {
 	b, err := parseBootstrap(readFile(t, envoyYAML))
@@ -62,8 +62,8 @@ func TestReadmeLimitedResponse(t *testing.T) {
 	for _, h := range envoysim.LimitedResponseHeaders(resp) {
 		fmt.Fprintf(&want, "%s: %s\n", h.Name, h.Value)
 	}
-	readme := string(readFile(t, filepath.Join(repoRoot, "README.md")))
+	readme := string(readFile(t, filepath.Join(repoRoot, "docs", "envoy-demo.md")))
 	if !strings.Contains(readme, "```\n"+want.String()+"```\n") {
-		t.Errorf("README.md's limited response is not what Envoy sends; paste this block:\n%s", want.String())
+		t.Errorf("docs/envoy-demo.md's limited response is not what Envoy sends; paste this block:\n%s", want.String())
 	}
 }

@@ -74,17 +74,17 @@ func TestSettings(t *testing.T) {
 	}
 }
 
-// TestReadmeSettingsTable keeps the README's settings table equal to the
+// TestReadmeSettingsTable keeps the settings table of docs/configuration.md equal to the
 // flags the binary has.
 func TestReadmeSettingsTable(t *testing.T) {
-	readme, err := readFile("../../README.md")
+	readme, err := readFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	writeTable(&b)
 	if !strings.Contains(readme, b.String()) {
-		t.Errorf("README.md does not hold the settings table; paste this:\n%s", b.String())
+		t.Errorf("docs/configuration.md does not hold the settings table; paste this:\n%s", b.String())
 	}
 }
 

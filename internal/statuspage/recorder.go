@@ -85,10 +85,13 @@ type ruleStats struct {
 	curStart int64 // Unix second at which cur started
 }
 
-// bucket holds one second of one rule's decisions.
+// bucket holds one second of one rule's decisions. A descriptor that gives
+// hits back (is_negative_hits: a refund, or a concurrency limit's release)
+// counts only in refunded: it is neither a decision nor hits.
 type bucket struct {
 	sec                                   int64
 	decisions, hits, over, near, shadowed uint64
+	refunded                              uint64
 }
 
 var _ ratelimit.Observer = (*Recorder)(nil)
@@ -134,10 +137,15 @@ func ruleName(domain string, st *ratelimit.Status) string {
 
 // ObserveDescriptor implements ratelimit.Observer: it counts the descriptor
 // in its rule's current second and, unless the rule is sensitive, its
-// values in the rule's top-k summary.
+// values in the rule's top-k summary. Hits given back (st.Refund) count as
+// refunded, and in nothing else.
 func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Status, entries []descriptors.Entry) {
 	rs := r.rule(dom.Name, ruleName(dom.Name, st))
 	if rs == nil {
+		return
+	}
+	if st.Refund {
+		rs.refund(r.opts.Now().Unix(), st)
 		return
 	}
 	var over, near, shadowed uint64
@@ -159,10 +167,7 @@ func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Stat
 	sec := r.opts.Now().Unix()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	b := &rs.ring[sec%ringSeconds]
-	if b.sec != sec {
-		*b = bucket{sec: sec}
-	}
+	b := rs.bucket(sec)
 	b.decisions++
 	b.hits += st.Hits
 	b.over += over
@@ -173,6 +178,24 @@ func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Stat
 		rs.rotate(sec)
 		rs.cur.add(key, st.Hits, over)
 	}
+}
+
+// refund counts st's hits given back in second sec.
+func (rs *ruleStats) refund(sec int64, st *ratelimit.Status) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.bucket(sec).refunded += st.Hits
+	rs.limit, rs.shadow = st.Limit, st.Shadow
+}
+
+// bucket returns the bucket of second sec, emptied if it held an older
+// second. rs.mu must be held.
+func (rs *ruleStats) bucket(sec int64) *bucket {
+	b := &rs.ring[sec%ringSeconds]
+	if b.sec != sec {
+		*b = bucket{sec: sec}
+	}
+	return b
 }
 
 // rule returns the stats of (domain, rule), creating them if there is room.

@@ -405,3 +405,53 @@ descriptors:
 		t.Errorf("layered card once seen: limit %q", got.Limit)
 	}
 }
+
+// TestRefundsAndReleasesAreNotHits drives a Service on config/edge.yaml: a
+// token budget's reports of 70 and 80 and a refund of 60 are 150 hits and 60
+// refunded, 5 acquires and 5 releases of a concurrency limit 5 hits (and
+// decisions) and 5 released, over the 10 s the rates span; a refund adds
+// nothing to the top values.
+func TestRefundsAndReleasesAreNotHits(t *testing.T) {
+	cfg, err := descriptors.Load("../../config/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
+	r := NewRecorder(Options{Now: clk.Now})
+	s := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now}), Observers: []ratelimit.Observer{r}})
+	s.SetConfig(cfg)
+	decide := func(d ratelimit.Descriptor) {
+		t.Helper()
+		if _, err := s.Decide(context.Background(), &ratelimit.Request{Domain: "edge", Descriptors: []ratelimit.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budget := func(n uint64, refund bool) ratelimit.Descriptor {
+		return ratelimit.Descriptor{Entries: []descriptors.Entry{{Key: "token_budget", Value: "k1"}}, HitsAddend: n, HasHitsAddend: true, IsNegativeHits: refund}
+	}
+	decide(budget(70, false))
+	decide(budget(80, false))
+	decide(budget(60, true))
+	for _, release := range []bool{false, false, false, false, false, true, true, true, true, true} {
+		decide(ratelimit.Descriptor{Entries: []descriptors.Entry{{Key: "streams", Value: "k1"}}, IsNegativeHits: release})
+	}
+	clk.Advance(time.Second)
+	v := r.view(context.Background(), Sources{Config: func() *descriptors.Config { return cfg }})
+	for _, tc := range []struct {
+		rule                      string
+		decisions, hits, refunded float64
+		top                       uint64
+	}{
+		{"tokens_per_api_key", 0.2, 15, 6, 150},
+		{"streams_per_api_key", 0.5, 0.5, 0.5, 5},
+	} {
+		got := find(t, v, tc.rule)
+		if got.DecisionsPerSec != tc.decisions || got.HitsPerSec != tc.hits || got.RefundedPerSec != tc.refunded {
+			t.Errorf("%s: %v decisions/s, %v hits/s, %v refunded/s; want %v, %v, %v", tc.rule,
+				got.DecisionsPerSec, got.HitsPerSec, got.RefundedPerSec, tc.decisions, tc.hits, tc.refunded)
+		}
+		if len(got.Top) != 1 || got.Top[0].Hits != tc.top {
+			t.Errorf("%s: top %+v, want one value with %d hits", tc.rule, got.Top, tc.top)
+		}
+	}
+}

@@ -68,6 +68,7 @@ type ruleView struct {
 	Shadow          bool        `json:"shadow,omitempty"`
 	DecisionsPerSec float64     `json:"decisions_per_s"`
 	HitsPerSec      float64     `json:"hits_per_s"`
+	RefundedPerSec  float64     `json:"refunded_per_s"` // hits given back (released, for concurrency), not in HitsPerSec
 	OverShare       float64     `json:"over_share"`
 	NearShare       float64     `json:"near_share"`
 	Decisions       []uint64    `json:"decisions"`
@@ -130,7 +131,7 @@ func (rs *ruleStats) view(sec int64, n int) ruleView {
 	if rs.limit != nil {
 		v.Limit, v.Algorithm = describe(rs.limit), rs.limit.Algorithm.String()
 	}
-	var decisions, hits, over, near uint64
+	var decisions, hits, over, near, refunded uint64
 	for i := range seriesSeconds {
 		s := sec - seriesSeconds + int64(i) // complete seconds only
 		b := &rs.ring[s%ringSeconds]
@@ -140,10 +141,12 @@ func (rs *ruleStats) view(sec int64, n int) ruleView {
 		v.Decisions[i], v.Over[i] = b.decisions, b.over
 		if s >= sec-rateSeconds {
 			decisions, hits, over, near = decisions+b.decisions, hits+b.hits, over+b.over, near+b.near
+			refunded += b.refunded
 		}
 	}
 	v.DecisionsPerSec = float64(decisions) / rateSeconds
 	v.HitsPerSec = float64(hits) / rateSeconds
+	v.RefundedPerSec = float64(refunded) / rateSeconds
 	if hits > 0 {
 		v.OverShare, v.NearShare = float64(over)/float64(hits), float64(near)/float64(hits)
 	}

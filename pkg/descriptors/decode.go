@@ -115,8 +115,12 @@ var parserProblems = map[string]bool{
 
 // syntaxError turns a yaml.v3 error into a positioned *Error. yaml.v3
 // gives the line where it found the problem, or where the construct that
-// holds it starts, and never a column, so the column is 1.
-func (p *decoder) syntaxError(err error, data []byte) {
+// holds it starts, and never a column; diagnose looks for the mistake
+// itself from that line on. A mistake it does not recognise is reported
+// at yaml.v3's line, column 1, with yaml.v3's words. It returns data with
+// the mistake repaired when the repair is certain (see diagnosis.fixed),
+// else nil.
+func (p *decoder) syntaxError(err error, data []byte) []byte {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
@@ -127,10 +131,48 @@ func (p *decoder) syntaxError(err error, data []byte) {
 				line++
 			}
 			// At the end of the input yaml.v3 may name the line after the last.
-			line = min(line, bytes.Count(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))+1)
+			line = min(line, lineCount(data))
 		}
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: 1, Msg: "invalid YAML: " + msg})
+	pos, fixed := Pos{Line: line, Column: 1}, ""
+	if d, ok := diagnose(data, line, msg); ok {
+		pos, msg, fixed = d.pos, d.msg, d.fixed
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: pos.Line, Column: pos.Column, Msg: "invalid YAML: " + msg})
+	if fixed == "" {
+		return nil
+	}
+	return replaceLine(data, pos.Line, fixed)
+}
+
+// maxRepairs bounds the syntax mistakes of one file repaired to check the
+// rest of it.
+const maxRepairs = 10
+
+// parse decodes the first YAML document of data. On a syntax error that
+// syntaxError can repair, it reports the error and goes on with the
+// repaired text, so that one run also shows the problems after the
+// mistake; the Document of a repaired file only serves to report them
+// (the file has an error, so Load returns no Config). It returns the
+// decoder (for the documents after) and false when nothing usable parsed.
+func (p *decoder) parse(data []byte) (*yaml.Decoder, *yaml.Node, bool) {
+	for repairs := 0; ; repairs++ {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		switch {
+		case err == nil:
+			return dec, &doc, true
+		case errors.Is(err, io.EOF):
+			p.errs = append(p.errs, &Error{File: p.file, Line: 1, Column: 1, Msg: "empty file: want a mapping with domain and descriptors"})
+			return nil, nil, false
+		}
+		fixed := p.syntaxError(err, data)
+		if fixed == nil || bytes.Equal(fixed, data) || repairs == maxRepairs {
+			return nil, nil, false
+		}
+		data = fixed
+	}
 }
 
 // decodeFile decodes one file into a Document, nil if the file has no
@@ -140,14 +182,8 @@ func (p *decoder) syntaxError(err error, data []byte) {
 // an error rather than silently ignored (envoyproxy/ratelimit reads only the
 // first), since one file is one domain.
 func (p *decoder) decodeFile(data []byte) *Document {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.errs = append(p.errs, &Error{File: p.file, Line: 1, Column: 1, Msg: "empty file: want a mapping with domain and descriptors"})
-		} else {
-			p.syntaxError(err, data)
-		}
+	dec, doc, ok := p.parse(data)
+	if !ok {
 		return nil
 	}
 	var extra yaml.Node
@@ -157,7 +193,7 @@ func (p *decoder) decodeFile(data []byte) *Document {
 		p.errorf(&extra, "", "a second YAML document: a file holds one domain, so put each in its own file")
 	}
 
-	root := &doc
+	root := doc
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) == 0 {
 			p.errorf(root, "", "empty file: want a mapping with domain and descriptors")

@@ -59,10 +59,18 @@
 // Errors: every problem is an *Error reading "file:line:col: path: message",
 // where path follows the YAML ("descriptors[1].rate_limit.unit") and the
 // message says what was found and what is allowed. A YAML syntax error has
-// no path; yaml.v3 gives no column for it (so the column is 1) and its line
-// is where yaml.v3 noticed the problem, which may be the start of the block
-// that holds it, or 1 when yaml.v3 gives none (an unknown alias). A file
-// that cannot be read has no line or column ("file: cannot read: ...").
+// no path. For the common mistakes (a mis-indented key or list item, an
+// unclosed '{' or '[', a missing comma in one, a tab in the indentation, an
+// unquoted value starting with '*', '&', '@' or holding ": ", an unclosed quote, an alias with
+// no anchor) it is at the line and column of the mistake and says what is
+// wrong; for others it keeps yaml.v3's words and line (which may be the
+// start of the block that holds the problem) at column 1. When the repair
+// is certain (a value to quote, a '{' or '[' to close at the end of its
+// line) the rest of the file is still checked, so its other problems show
+// in the same run; after any other syntax error the file reports only
+// that one. The other files of a load are always checked and all their
+// problems reported. A file that cannot be read has
+// no line or column ("file: cannot read: ...").
 //
 // Bounds, so that no file can stall a reload (aliases can make a small
 // file expand exponentially): descriptors nest at most 64 deep, a file

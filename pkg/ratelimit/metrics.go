@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/shortval"
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // DefaultNearLimitRatio is the share of a limit above which an admitted hit
@@ -23,8 +24,10 @@ const DefaultNearLimitRatio = 0.8
 // by a raw descriptor value, unless the rule sets detailed_metric (the
 // request's entries, values included) or an entry's node sets value_to_metric
 // (that entry's value), which ask for the values and so win over the name.
-// All hit counters count hits (hits_addend), not calls. Metrics is safe for
-// concurrent use; a nil *Metrics records nothing.
+// All hit counters count hits (hits_addend), not calls. Hits given back
+// (is_negative_hits) are not hits: they count in refunded_hits, or for a
+// concurrency limit in released_slots, and in no other counter. Metrics is
+// safe for concurrent use; a nil *Metrics records nothing.
 type Metrics struct {
 	nearRatio float64
 
@@ -33,6 +36,8 @@ type Metrics struct {
 	nearLimit       *prometheus.CounterVec
 	withinLimit     *prometheus.CounterVec
 	shadowOverLimit *prometheus.CounterVec
+	refundedHits    *prometheus.CounterVec
+	releasedSlots   *prometheus.CounterVec
 	failureAnswers  *prometheus.CounterVec
 	storeCalls      *prometheus.CounterVec
 	storeLatency    prometheus.Histogram
@@ -52,6 +57,8 @@ const (
 	hitsNear
 	hitsShadowOver
 	hitsOver
+	hitsRefunded
+	hitsReleased
 	hitsCounters
 )
 
@@ -79,12 +86,17 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		nearRatio:       nearRatio,
-		totalHits:       counter("sluice_rate_limit_total_hits_total", "Hits (hits_addend) evaluated against a limit, by domain and rule.", rule),
+		nearRatio: nearRatio,
+		totalHits: counter("sluice_rate_limit_total_hits_total",
+			"Hits (hits_addend) evaluated against a limit, by domain and rule; refunds and releases are not hits.", rule),
 		overLimit:       counter("sluice_rate_limit_over_limit_total", "Hits denied by an enforced limit, by domain and rule.", rule),
 		nearLimit:       counter("sluice_rate_limit_near_limit_total", "Admitted hits that left the limit above the near-limit ratio, by domain and rule.", rule),
 		withinLimit:     counter("sluice_rate_limit_within_limit_total", "Hits the limit admitted, by domain and rule.", rule),
 		shadowOverLimit: counter("sluice_rate_limit_shadow_mode_over_limit_total", "Hits a shadow-mode limit would have denied, by domain and rule.", rule),
+		refundedHits: counter("sluice_rate_limit_refunded_hits_total",
+			"Hits given back (is_negative_hits) to a limit other than a concurrency one, by domain and rule; not counted in total_hits.", rule),
+		releasedSlots: counter("sluice_rate_limit_released_slots_total",
+			"Slots of a concurrency limit released (is_negative_hits, the stream's end), by domain and rule; not counted in total_hits.", rule),
 		failureAnswers: counter("sluice_failure_mode_answers_total",
 			"Calls answered by the failure mode because the store failed, by domain and mode (allow, deny, error).", []string{"domain", "mode"}),
 		storeCalls: counter("sluice_store_calls_total", "Store calls, by result (ok, error).", []string{"result"}),
@@ -94,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 	m.rules = make(map[ruleKey]*ruleCounters)
 	m.storeOK = sync.OnceValue(func() prometheus.Counter { return m.storeCalls.WithLabelValues("ok") })
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowOverLimit,
-		m.failureAnswers, m.storeCalls, m.storeLatency} {
+		m.refundedHits, m.releasedSlots, m.failureAnswers, m.storeCalls, m.storeLatency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -174,8 +186,9 @@ func labelSafe(v string) string {
 var _ Observer = (*Metrics)(nil)
 
 // ObserveDescriptor implements Observer: it counts the descriptor's hits as
-// total, within limit (and near limit), over limit or shadow over limit,
-// once per limit it counts: a rule with rate_limits has one rule label per
+// total, within limit (and near limit), over limit or shadow over limit, or
+// hits given back as refunded hits or (concurrency) released slots, once
+// per limit it counts: a rule with rate_limits has one rule label per
 // limit, the rule's followed by descriptors.Rule.LimitSuffix ("api.user/1s").
 func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries []descriptors.Entry) {
 	if m == nil {
@@ -184,6 +197,10 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 	for i := range st.Limits {
 		ls := &st.Limits[i]
 		rule, fixed := metricRule(dom.Name, st, ls.Limit, entries)
+		if st.Refund {
+			m.observeRefund(dom.Name, rule, fixed, st.Hits, ls.Limit.Algorithm == limiter.Concurrency)
+			continue
+		}
 		m.observe(dom.Name, rule, fixed, st.Hits, ls.Result.Allowed, st.Shadow, ls.Result.Remaining, uint64(ls.Limit.RequestsPerUnit))
 	}
 }
@@ -208,6 +225,20 @@ func (m *Metrics) observe(domain, rule string, fixed bool, hits uint64, allowed,
 	default:
 		m.counter(rc, hitsOver, domain, rule).Add(n)
 	}
+}
+
+// observeRefund records hits given back to a limit: released slots of a
+// concurrency limit, refunded hits of any other.
+func (m *Metrics) observeRefund(domain, rule string, fixed bool, hits uint64, release bool) {
+	var rc *ruleCounters
+	if fixed {
+		rc = m.countersOf(domain, rule)
+	}
+	i := hitsRefunded
+	if release {
+		i = hitsReleased
+	}
+	m.counter(rc, i, domain, rule).Add(float64(hits))
 }
 
 // countersOf returns the cached counters of domain and rule, adding them.
@@ -245,7 +276,8 @@ func (m *Metrics) counter(rc *ruleCounters, i int, domain, rule string) promethe
 
 // vec is the vector of hit counter i.
 func (m *Metrics) vec(i int) *prometheus.CounterVec {
-	return [hitsCounters]*prometheus.CounterVec{m.totalHits, m.withinLimit, m.nearLimit, m.shadowOverLimit, m.overLimit}[i]
+	return [hitsCounters]*prometheus.CounterVec{m.totalHits, m.withinLimit, m.nearLimit, m.shadowOverLimit, m.overLimit,
+		m.refundedHits, m.releasedSlots}[i]
 }
 
 func (m *Metrics) observeStore(d time.Duration, err error) {

@@ -144,6 +144,10 @@ type Status struct {
 	Quota bool
 	// Hits is the hits_addend applied to the counter.
 	Hits uint64
+	// Refund reports that the Hits were given back (is_negative_hits)
+	// rather than taken: a refund, or for a concurrency limit the release
+	// of that many slots. Observers count them apart from hits.
+	Refund bool
 	// Result is the store's outcome for the binding limit's counter; the
 	// zero Result when Limit is nil or the failure mode answered. When
 	// Result.ExceedsLimit, ResetAfter is raised to RetryAfter (one window):

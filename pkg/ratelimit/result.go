@@ -17,7 +17,7 @@ func (s *Service) result(d *Decision, req *Request, idx []int, hits []limiter.Hi
 			continue
 		}
 		st := &d.Statuses[i]
-		st.Hits = hits[h].Hits
+		st.Hits, st.Refund = hits[h].Hits, hits[h].Refund
 		for j := range st.Limits {
 			r := results[h+j]
 			if r.ExceedsLimit {

@@ -52,8 +52,8 @@ var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
 // deploy/grafana/sluice.json with the Prometheus parser and checks that each
 // metric it names is in /metrics of the built binary after a run that
 // exercises every outcome: admitted, near limit, over limit, shadow mode
-// over limit, the over-limit cache (Redis), failure-mode answers (a second
-// instance whose Redis is down), config loads, quota streams, with
+// over limit, a refund and a release, the over-limit cache (Redis),
+// failure-mode answers (a second instance whose Redis is down), config loads, quota streams, with
 // envoyproxy/ratelimit's names on (--compat-metrics). A metric renamed in Go, or a
 // typo in the dashboard, fails here instead of showing an empty panel.
 func TestGrafanaDashboardNamesServedMetrics(t *testing.T) {
@@ -188,6 +188,16 @@ func servedMetrics(t *testing.T) map[string]bool {
 		ok.call(t, "edge", []string{"generic_key", "beta_upload"})
 	}
 	ok.Client.ShouldRateLimit(context.Background(), request("")) // INVALID_ARGUMENT
+	// streams_per_api_key (concurrency): an acquire and its release; then a
+	// refund of tokens_per_api_key.
+	ok.call(t, "edge", []string{"streams", "grafana"})
+	for _, kv := range [][]string{{"streams", "grafana"}, {"token_budget", "grafana"}} {
+		req := request("edge", kv)
+		req.Descriptors[0].IsNegativeHits = true
+		if _, err := ok.Client.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatalf("ShouldRateLimit(%v, is_negative_hits): %v", kv, err)
+		}
+	}
 	down := startSluice(t, "--config", "config", "--redis-url", "redis://127.0.0.1:1/0", "--failure-mode", "allow",
 		"--ready-requires-store=false", "--compat-metrics")
 	down.call(t, "edge", []string{"remote_address", "192.0.2.9"})

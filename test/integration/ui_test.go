@@ -34,27 +34,31 @@ func artifactDir(t *testing.T) string {
 }
 
 var (
-	loadgenOnce sync.Once
-	loadgenBin  string
-	loadgenErr  error
+	commandsMu sync.Mutex
+	commands   = map[string]string{} // built binary of each cmd/NAME
 )
 
-// loadgen builds cmd/loadgen once per run and returns its path.
-func loadgen(t *testing.T) string {
-	loadgenOnce.Do(func() {
-		loadgenBin = filepath.Join(filepath.Dir(binary), "loadgen")
-		build := exec.Command("go", "build", "-o", loadgenBin, "./cmd/loadgen")
-		build.Dir = "../.."
-		if out, err := build.CombinedOutput(); err != nil {
-			loadgenErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if loadgenErr != nil {
-		t.Fatalf("building cmd/loadgen: %v (run 'go build ./cmd/loadgen' to see why)", loadgenErr)
+// command builds cmd/NAME once per run, beside the sluice binary, and
+// returns its path.
+func command(t *testing.T, name string) string {
+	t.Helper()
+	commandsMu.Lock()
+	defer commandsMu.Unlock()
+	if bin, ok := commands[name]; ok {
+		return bin
 	}
-	return loadgenBin
+	bin := filepath.Join(filepath.Dir(binary), name)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/%s: %v (run 'go build ./cmd/%s' to see why)\n%s", name, err, name, out)
+	}
+	commands[name] = bin
+	return bin
 }
+
+// loadgen builds cmd/loadgen once per run and returns its path.
+func loadgen(t *testing.T) string { return command(t, "loadgen") }
 
 // browser starts headless Debian chromium (no browser download, no network
 // beyond loopback: background networking, component updates, sync and QUIC
@@ -128,6 +132,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	addr := redistest.Addr(t)
 	s := startSluice(t, "--config", "config", "--redis-url", "redis://"+addr+"/0", "--redis-prefix", redistest.Prefix(t.Name()),
 		"--store-timeout", "500ms")
+	// A value "" (its row shows "(empty)"), and a rule that fixes every
+	// value (its one row's label is empty).
+	s.call(t, "edge", []string{"remote_address", ""})
+	s.call(t, "edge", []string{"generic_key", "beta_upload"})
 	startLoadgen(t, s.GRPCAddr)
 
 	ctx := browser(t)
@@ -166,6 +174,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if len(hotOver(t, ctx)) == 0 {
 		t.Errorf("no hot key shown over limit in %q", top2)
 	}
+	checkEmptyValues(t, ctx)
+	checkIdleRules(t, ctx)
 	dir := artifactDir(t)
 	shot(t, ctx, filepath.Join(dir, "status-page-laptop.png"), 1280, 900)
 	shot(t, ctx, filepath.Join(dir, "status-page-phone.png"), 390, 844)
@@ -178,6 +188,65 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if !strings.HasPrefix(u, base+"/") {
 			t.Errorf("the page requested %s, outside Sluice", u)
 		}
+	}
+}
+
+// checkEmptyValues checks that an empty value, and an empty label, show
+// as a styled "(empty)" rather than as nothing.
+func checkEmptyValues(t *testing.T, ctx context.Context) {
+	t.Helper()
+	for rule, want := range map[string]string{"edge/per_client_address": "remote_address=(empty)", "edge/beta_upload_trial": "(empty)"} {
+		got := eval[[]string](t, ctx, `[...document.querySelectorAll('[data-rule="`+rule+`"] tbody td.value')].map(td => td.textContent)`)
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("%s: top values %q, want one row %q", rule, got, want)
+			continue
+		}
+		if style := eval[string](t, ctx, `getComputedStyle(document.querySelector('[data-rule="`+rule+`"] td.value .none')).fontStyle`); style != "italic" {
+			t.Errorf("%s: the empty value's font-style is %q, want it set apart (italic)", rule, style)
+		}
+	}
+}
+
+// checkIdleRules checks the order of the rule cards: the three rules with
+// traffic (per_api_key under load, and the two of checkEmptyValues) first
+// and in full, the other 9 of the example config's 12 after them, compact.
+func checkIdleRules(t *testing.T, ctx context.Context) {
+	t.Helper()
+	type card struct {
+		Rule        string
+		Idle, Chart bool
+		Top, Height float64
+	}
+	cards := eval[[]card](t, ctx, `[...document.querySelectorAll("[data-rule]")].map(e => ({Rule: e.dataset.rule,
+		Idle: e.hasAttribute("data-idle"), Chart: !!e.querySelector("svg"),
+		Top: e.getBoundingClientRect().top + scrollY, Height: e.getBoundingClientRect().height}))`)
+	var busy, idle []card
+	for _, c := range cards {
+		if c.Idle {
+			idle = append(idle, c)
+		} else {
+			busy = append(busy, c)
+		}
+	}
+	var names []string
+	for _, c := range busy {
+		names = append(names, c.Rule)
+	}
+	if want := "edge/beta_upload_trial edge/per_api_key edge/per_client_address"; strings.Join(names, " ") != want {
+		t.Fatalf("rules in full: %q, want %q", names, want)
+	}
+	if len(idle) != 9 {
+		t.Fatalf("%d idle rules, want 9 (12 in the config, 3 with traffic): %+v", len(idle), cards)
+	}
+	last := busy[len(busy)-1]
+	for _, c := range idle {
+		if c.Chart || c.Height > last.Height/4 || c.Top < last.Top+last.Height {
+			t.Errorf("idle rule %s: chart %v, %.0f px high, at %.0f px (busy rules end at %.0f px, %.0f px high); want compact (under a quarter), without chart, after them",
+				c.Rule, c.Chart, c.Height, c.Top, last.Top+last.Height, last.Height)
+		}
+	}
+	if busy[0].Top > 300 {
+		t.Errorf("the first busy rule is %.0f px down the page, want it near the top", busy[0].Top)
 	}
 }
 

@@ -67,18 +67,60 @@ function stat(label, value, field, bad) {
   return el("div", {}, el("dt", {}, label), el("dd", { "data-field": field, class: bad ? "bad" : "" }, value));
 }
 
+// EMPTY marks an empty value in a top-values label, so that it shows as
+// something rather than as nothing.
+const EMPTY = "(empty)";
+
+// valueLabel renders a top-values label ("key=value, key=value"): an empty
+// value after "=", or an empty label (the rule fixes every value of the
+// descriptor), shows as a styled "(empty)".
+function valueLabel(v) {
+  const td = el("td", { class: "value mono", title: v === "" ? "empty: the rule fixes every value of these descriptors" : v });
+  if (v === "") {
+    td.append(el("span", { class: "none" }, EMPTY));
+    return td;
+  }
+  const parts = v.split(/(=)(?=, |$)/);
+  for (let i = 0; i < parts.length; i++) {
+    td.append(parts[i]);
+    if (parts[i] === "=") td.append(el("span", { class: "none" }, EMPTY));
+  }
+  return td;
+}
+
+// busy reports whether a rule had traffic in the last minute: its chart
+// shows decisions, or it had hits given back.
+const busy = (r) => r.decisions.some((n) => n > 0) || r.refunded_per_s > 0;
+
+// idleCard is the compact card of a rule without traffic in the last
+// minute: its name and limit only.
+function idleCard(r) {
+  const id = r.domain + "/" + r.rule;
+  const tags = el("span", { class: "small muted" }, r.limit + (r.algorithm ? " · " + r.algorithm : ""));
+  if (r.shadow) tags.append(" ", el("span", { class: "pill shadow" }, "shadow"));
+  return el("article", { class: "card rule idle", "data-rule": id, "data-idle": "" },
+    el("h3", {}, el("span", { class: "muted" }, r.domain + " / "), r.rule), tags);
+}
+
 function ruleCard(r, topN) {
   const id = r.domain + "/" + r.rule;
   const title = el("h3", {}, el("span", { class: "muted" }, r.domain + " / "), r.rule);
   const tags = el("span", { class: "small muted" }, r.limit + (r.algorithm ? " · " + r.algorithm : ""));
   if (r.shadow) tags.append(" ", el("span", { class: "pill shadow" }, "shadow"));
+  const stats = el("dl", { class: "stats" },
+    stat("decisions/s", num(r.decisions_per_s), "decisions"),
+    stat("hits/s", num(r.hits_per_s), "hits"),
+    stat("over limit", pct(r.over_share), "over", r.over_share > 0),
+    stat("near limit", pct(r.near_share), "near"));
+  // Hits given back are not hits: a concurrency limit's releases, or
+  // refunds of any other limit, shown beside them when there are any.
+  const concurrency = (r.algorithm || "").split(", ").includes("concurrency");
+  if (concurrency || r.refunded_per_s > 0) {
+    stats.append(stat(concurrency ? "released/s" : "refunded/s", num(r.refunded_per_s), "refunded"));
+  }
   const card = el("article", { class: "card rule", "data-rule": id },
     el("header", {}, title, tags),
-    el("dl", { class: "stats" },
-      stat("decisions/s", num(r.decisions_per_s), "decisions"),
-      stat("hits/s", num(r.hits_per_s), "hits"),
-      stat("over limit", pct(r.over_share), "over", r.over_share > 0),
-      stat("near limit", pct(r.near_share), "near")),
+    stats,
     el("div", { class: "chart" }, chart(r.decisions, r.over, `decisions and over-limit hits per second, last 60 s, ${id}`)),
     el("div", { class: "legend" }, el("span", { class: "d" }, "decisions/s"), el("span", { class: "o" }, "over-limit hits/s")));
   if (r.values_hidden) {
@@ -91,7 +133,7 @@ function ruleCard(r, topN) {
     const body = el("tbody", {});
     for (const t of r.top) {
       body.append(el("tr", {},
-        el("td", { class: "value mono", title: t.value }, t.value),
+        valueLabel(t.value),
         el("td", { class: "num" }, t.hits.toLocaleString("en")),
         el("td", { class: "num" + (t.over ? " bad" : "") }, t.over.toLocaleString("en"))));
     }
@@ -141,9 +183,16 @@ function render(v) {
   le.hidden = !v.store.last_error;
   le.textContent = v.store.last_error ? "last error " + ago(v.store.last_error_at, v.now) + ": " + v.store.last_error : "";
   renderConfig(v.config, v.now);
+  // Rules with traffic first, in full; the idle ones after them, compact,
+  // so that a busy rule is not pushed down the page by idle ones.
+  const active = v.rules.filter(busy), idle = v.rules.filter((r) => !busy(r));
   const rules = $("rules");
-  rules.replaceChildren(...v.rules.map((r) => ruleCard(r, v.top_values)));
+  rules.replaceChildren(...active.map((r) => ruleCard(r, v.top_values)));
   if (!v.rules.length) rules.append(el("p", { class: "empty" }, "no limited rule in the config in force"));
+  else if (!active.length) rules.append(el("p", { class: "empty" }, "no traffic on any rule in the last minute"));
+  $("idle-section").hidden = !idle.length;
+  $("idle-count").textContent = idle.length === 1 ? "1 rule" : idle.length + " rules";
+  $("idle").replaceChildren(...idle.map(idleCard));
   $("dropped").hidden = !v.dropped_rules;
   $("dropped").textContent = v.dropped_rules ? v.dropped_rules + " descriptors of rules beyond the tracked maximum were not shown" : "";
   $("version").textContent = "Sluice " + v.version + ", up since " + new Date(Date.parse(v.started)).toISOString().slice(0, 19).replace("T", " ") + " UTC";
