@@ -48,7 +48,8 @@ func (p *configPage) configVersion(cfg *descriptors.Config) string {
 
 // ServeHTTP answers /config: the source, the config in force (its files,
 // domains, load time, version and every domain's rules with their names,
-// limits and algorithms) and the errors of the last load if it failed.
+// limits and algorithms), the errors of the last load if it failed, and
+// every setting in force that differs from its default.
 func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	st := p.state.Status()
 	out := struct {
@@ -62,8 +63,14 @@ func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		// ConfigVersion identifies the rules in force (configVersion).
 		ConfigVersion string       `json:"config_version,omitempty"`
 		Rules         []configView `json:"rules"`
+		// Settings are the settings in force that differ from their
+		// defaults, with what set them.
+		Settings []settings.InForce `json:"settings"`
 	}{Version: versionString(), Source: st.Source, Files: st.Files, Domains: st.Domains, LastError: st.LastError,
-		ConfigVersion: p.configVersion(st.Config), Rules: describeConfig(st.Config)}
+		ConfigVersion: p.configVersion(st.Config), Rules: describeConfig(st.Config), Settings: []settings.InForce{}}
+	if p.set != nil {
+		out.Settings = append(out.Settings, p.set.InForce()...)
+	}
 	if !st.LoadedAt.IsZero() {
 		out.LoadedAt = &st.LoadedAt
 	}

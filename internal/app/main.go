@@ -197,7 +197,8 @@ func unjoin(err error) []error {
 
 // logSettings logs, once at start, what envoyproxy/ratelimit's variables
 // set (info), the ones Sluice does not apply with what it does instead (one
-// warning line), and SLUICE_* variables that are no setting (one warning
+// warning line), what the flags and SLUICE_* variables changed from the
+// default (info), and SLUICE_* variables that are no setting (one warning
 // line).
 func logSettings(log *zap.Logger, s *settings.Settings, environ []string) {
 	r := s.Report()
@@ -206,6 +207,9 @@ func logSettings(log *zap.Logger, s *settings.Settings, environ []string) {
 	}
 	if len(r.PeerWarnings) > 0 {
 		log.Warn("envoyproxy/ratelimit settings that Sluice does not apply, and what it does instead", zap.Strings("settings", r.PeerWarnings))
+	}
+	if len(r.Changed) > 0 {
+		log.Info("settings changed from the default", zap.Strings("settings", r.Changed))
 	}
 	if w := settings.UnknownEnv(environ); len(w) > 0 {
 		log.Warn("unknown SLUICE_* variables", zap.Strings("variables", w))

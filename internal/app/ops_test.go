@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,8 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/internal/source"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
@@ -343,5 +346,42 @@ func TestPageStatusOfXDS(t *testing.T) {
 	st := newConfigPage(cs, nil).pageStatus()
 	if st.Source != "xds: envoy-gateway:18001 as node envoy-ratelimit (disconnected)" || st.Version != "v7 (rules "+configVersion(cfg)+")" {
 		t.Errorf("page status = %+v", st)
+	}
+}
+
+// TestSettingsInForceShown: a setting changed from its default (here by
+// SLUICE_OVERDRAW and a flag) is in the start-up lines and in /config's
+// settings, naming what set it; with none changed /config's list is empty.
+func TestSettingsInForceShown(t *testing.T) {
+	env := map[string]string{"SLUICE_OVERDRAW": "true"}
+	r := start(t, setup{env: env}, "--config", "../../config", "--shadow-mode")
+	var page struct {
+		Settings []settings.InForce `json:"settings"`
+	}
+	getJSON(t, "http://"+r.srv.httpLn.Addr().String()+"/config", &page)
+	got := map[string]string{}
+	for _, in := range page.Settings {
+		got[in.Name] = in.Value + " " + strings.Join(in.From, ",")
+	}
+	if got["overdraw"] != "true SLUICE_OVERDRAW" || got["shadow-mode"] != "true --shadow-mode" {
+		t.Errorf("/config settings = %+v, want overdraw from SLUICE_OVERDRAW and shadow-mode from --shadow-mode", page.Settings)
+	}
+
+	core, logs := observer.New(zap.InfoLevel)
+	logSettings(zap.New(core), r.srv.set, nil)
+	lines := logs.FilterMessage("settings changed from the default").All()
+	if len(lines) != 1 {
+		t.Fatalf("start-up lines %v: want one naming the settings changed from the default", logs.All())
+	}
+	if s := fmt.Sprint(lines[0].ContextMap()["settings"]); !strings.Contains(s, "--overdraw=true (SLUICE_OVERDRAW)") || !strings.Contains(s, "--shadow-mode=true (--shadow-mode)") {
+		t.Errorf("settings changed from the default: %s", s)
+	}
+
+	plain := launch(t, "--config", "../../config")
+	getJSON(t, "http://"+plain.srv.httpLn.Addr().String()+"/config", &page)
+	for _, in := range page.Settings {
+		if in.Name != "grpc-addr" && in.Name != "http-addr" && in.Name != "debug-addr" && in.Name != "config" {
+			t.Errorf("/config of a server with only its addresses and config given: %+v in force", in)
+		}
 	}
 }

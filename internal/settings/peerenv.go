@@ -315,10 +315,23 @@ func runtimeLayout(p *peerEnv, name, v string) error {
 	}
 	dir := filepath.Join(p.getOr("RUNTIME_ROOT", "/srv/runtime_data/current"), p.get("RUNTIME_SUBDIRECTORY"),
 		p.getOr("RUNTIME_APPDIRECTORY", "config"))
-	p.set("config", dir, name)
-	p.set("config-tree", "true", name)
+	// Each setting names the variables that decided it: the directory's
+	// (and so the layout's), and RUNTIME_IGNOREDOTFILES for dotfiles when it
+	// is set; RUNTIME_WATCH_ROOT decides nothing.
+	var layout []string
+	for _, n := range names {
+		if p.get(n) != "" {
+			layout = append(layout, n)
+		}
+	}
+	p.set("config", dir, layout...)
+	p.set("config-tree", "true", layout...)
+	dotfiles := layout
+	if p.get("RUNTIME_IGNOREDOTFILES") != "" {
+		dotfiles = []string{"RUNTIME_IGNOREDOTFILES"}
+	}
 	// The peer's default (RUNTIME_IGNOREDOTFILES=false) loads dotfiles.
-	p.set("config-dotfiles", strconv.FormatBool(!isTrue(p.get("RUNTIME_IGNOREDOTFILES"))), name)
+	p.set("config-dotfiles", strconv.FormatBool(!isTrue(p.get("RUNTIME_IGNOREDOTFILES"))), dotfiles...)
 	if name == "RUNTIME_WATCH_ROOT" {
 		p.note(name, v, "Sluice watches the config directory and the one holding it either way (edits and symlink swaps)")
 	}

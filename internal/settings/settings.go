@@ -94,8 +94,8 @@ type Settings struct {
 	// peer is what envoyproxy/ratelimit's variables set, and given what
 	// the flags and SLUICE_* variables set, for the report of what is in
 	// force (report.go).
-	peer  *peerEnv
-	given map[string]string
+	peer    *peerEnv
+	inForce []InForce
 }
 
 // ErrHelp is returned by Parse for -h and --help: usage was printed and
@@ -208,19 +208,22 @@ func Parse(args []string, getenv func(string) string, helpOut io.Writer) (*Setti
 	if err != nil {
 		return nil, err
 	}
-	s := &Settings{peer: peer, given: map[string]string{}}
+	s := &Settings{peer: peer}
+	given := map[string][]string{}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; --help prints below
 	for _, t := range s.allSettings() {
 		def, src := t.def, ""
 		if v, ok := peer.vals[t.name]; ok {
 			def, src = v, strings.Join(peer.from[t.name], ", ")+" (envoyproxy/ratelimit's settings)"
+			given[t.name] = peer.from[t.name]
 		}
 		if v := getenv(envName(t.name)); v != "" && t.name != "version" {
 			if _, ok := peer.vals[t.name]; ok {
 				peer.override(t.name, envName(t.name))
 			}
 			def, src = v, envName(t.name)
+			given[t.name] = []string{envName(t.name)}
 		}
 		if err := defineFlag(fs, t, def); err != nil {
 			return nil, fmt.Errorf("%s=%q: want %s", src, def, err)
@@ -243,8 +246,13 @@ func Parse(args []string, getenv func(string) string, helpOut io.Writer) (*Setti
 		if _, ok := peer.vals[f.Name]; ok {
 			peer.override(f.Name, "--"+f.Name)
 		}
+		given[f.Name] = []string{"--" + f.Name}
 	})
-	return s, s.validate()
+	if err := s.validate(); err != nil {
+		return s, err
+	}
+	s.settle(fs, given)
+	return s, nil
 }
 
 // usageText opens the --help output.
