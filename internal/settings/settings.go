@@ -429,7 +429,7 @@ func (s *Settings) validate() error {
 const maxPoolSize = 10000
 
 // validateRedis checks the Redis settings: the calls in flight, leases,
-// the pool, and a choice of Sentinel or Cluster.
+// the pool, a choice of Sentinel or Cluster, and the client certificate.
 func (s *Settings) validateRedis() error {
 	if s.RedisInFlight < 1 || s.RedisInFlight > maxPoolSize {
 		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 to %d", s.RedisInFlight, maxPoolSize)
@@ -453,11 +453,14 @@ func (s *Settings) validateRedis() error {
 	if s.RedisSentinel != "" && s.RedisCluster != "" {
 		return errors.New("--redis-sentinel-master and --redis-cluster-addrs: choose one")
 	}
+	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
+		return errors.New("--redis-tls-cert and --redis-tls-key: set both or neither")
+	}
 	return nil
 }
 
 // validateDropIn checks the settings that envoyproxy/ratelimit's
-// deployments rely on: /healthcheck, the extra listeners, client
+// deployments rely on: /healthcheck, the extra listeners, gRPC client
 // certificates and the compat header names.
 func (s *Settings) validateDropIn() error {
 	s.healthNeedsConfig, s.healthNeedsStore = false, false
@@ -486,9 +489,6 @@ func (s *Settings) validateDropIn() error {
 	}
 	if s.GRPCMaxAge < 0 || s.GRPCMaxAgeGrace < 0 {
 		return errors.New("--grpc-max-connection-age and --grpc-max-connection-age-grace: must not be negative")
-	}
-	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
-		return errors.New("--redis-tls-cert and --redis-tls-key: set both or neither")
 	}
 	return nil
 }
