@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -81,7 +82,7 @@ func (srv *server) debugHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -91,6 +92,43 @@ func (srv *server) debugHandler() http.Handler {
 		}
 	})
 	return mux
+}
+
+// cmdline answers /debug/pprof/cmdline as pprof.Cmdline does, the
+// arguments separated by NUL bytes, with the secrets they hold redacted
+// (redactArgs): the debug listener may be reached by more than the
+// operator who started the process.
+func cmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+}
+
+// secretFlags are the settings whose whole value is a secret.
+var secretFlags = map[string]bool{"redis-sentinel-auth": true, "xds-headers": true}
+
+// redactArgs returns args with the secrets they hold replaced: the value of
+// a secret flag (secretFlags) by "(set)", the password of a URL (in
+// --redis-url, or any argument holding "://") by "xxxxx".
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	secretNext := false
+	for i, a := range args {
+		switch name, v, hasV := strings.Cut(strings.TrimLeft(a, "-"), "="); {
+		case secretNext:
+			out[i], secretNext = "(set)", false
+		case strings.HasPrefix(a, "-") && secretFlags[name]:
+			out[i], secretNext = a, !hasV
+			if hasV {
+				out[i] = a[:len(a)-len(v)] + "(set)"
+			}
+		case strings.HasPrefix(a, "-") && hasV:
+			out[i] = a[:len(a)-len(v)] + settings.RedactURL(v)
+		default:
+			out[i] = settings.RedactURL(a)
+		}
+	}
+	return out
 }
 
 // writeRLConfig prints cfg as envoyproxy/ratelimit's /rlconfig does: one
@@ -142,6 +180,16 @@ func rlLimit(l *descriptors.Limit) string {
 		s += fmt.Sprintf(" burst=%d", l.Burst)
 	}
 	return s
+}
+
+// configLoads returns the config loads that succeeded and those that
+// failed so far (sluice_config_loads_total), for envoyproxy/ratelimit's
+// config-load counters; none before the config source is set up.
+func (srv *server) configLoads() (ok, failed uint64) {
+	if srv.config == nil {
+		return 0, 0
+	}
+	return srv.config.Loads()
 }
 
 // metricsHandler serves the metrics alone at --metrics-path, for

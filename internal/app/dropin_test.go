@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +275,20 @@ func TestConfigTree(t *testing.T) {
 	r2 := launch(t, "--config", dir, "--config-tree", "--config-dotfiles")
 	if files, _ := getConfig(t, r2.srv)["files"].([]any); len(files) != 2 {
 		t.Errorf("with --config-dotfiles: files %v, want the dotfile too", files)
+	}
+}
+
+// TestRedactArgs: /debug/pprof/cmdline shows no secret given by flag: a
+// URL's password and the whole value of a secret setting are replaced,
+// every other argument is kept as it is.
+func TestRedactArgs(t *testing.T) {
+	got := redactArgs([]string{"/bin/sluice", "--redis-url", "redis://:s3cret@h:6379/0", "-redis-url=rediss://u:s3cret@h:1",
+		"--redis-sentinel-auth", "s3cret", "--redis-sentinel-auth=u:s3cret", "--xds-headers=authorization:s3cret", "-xds-headers", "k:s3cret",
+		"--config", "dir with space", "--redis-cluster-addrs=a:1,b:2", "--log-level=info"})
+	want := []string{"/bin/sluice", "--redis-url", "redis://:xxxxx@h:6379/0", "-redis-url=rediss://u:xxxxx@h:1",
+		"--redis-sentinel-auth", "(set)", "--redis-sentinel-auth=(set)", "--xds-headers=(set)", "-xds-headers", "(set)",
+		"--config", "dir with space", "--redis-cluster-addrs=a:1,b:2", "--log-level=info"}
+	if !slices.Equal(got, want) {
+		t.Errorf("redactArgs =\n%q\nwant\n%q", got, want)
 	}
 }

@@ -98,7 +98,7 @@ func cli(ctx context.Context, args, environ []string, getenv func(string) string
 			args = []string{"--help"}
 		}
 	}
-	s, err := settings.Parse(args, getenv, stdout)
+	s, err := settings.Parse(args, getenv, stdout, settings.EmptyEnv(environ)...)
 	if err != nil {
 		if errors.Is(err, settings.ErrHelp) {
 			return 0

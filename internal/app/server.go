@@ -88,6 +88,11 @@ type server struct {
 	shares rlqs.Store                  // the store's shared limits, for quota
 	closer func() error                // closes the store, nil if nothing to close
 	ping   func(context.Context) error // checks the store, nil if it cannot fail
+	// warm opens the store's connections and loads its library
+	// (redis.Store.Ready), nil if it needs neither; warmed reports that it
+	// succeeded once. Until then the server is not ready.
+	warm   func(context.Context) error
+	warmed atomic.Bool
 	reg    *prometheus.Registry
 	config *source.State
 	page   *configPage          // renders /config and the status page's config status (config.go)
@@ -166,10 +171,10 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 		IdleTimeout: httpIdleTimeout, MaxHeaderBytes: httpMaxHeaderBytes}
 
 	if srv.grpcLn, err = listen(s.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, fmt.Errorf("--grpc-addr: %w (set --grpc-addr to another address)", err)
 	}
 	if srv.httpLn, err = net.Listen("tcp", s.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("--http-addr: %w", err)
+		return nil, fmt.Errorf("--http-addr: %w (set --http-addr to another address)", err)
 	}
 	if err := srv.bindExtra(); err != nil {
 		return nil, err
@@ -216,6 +221,11 @@ func (srv *server) newGRPC() error {
 	rlsv3.RegisterRateLimitServiceServer(srv.grpc, srv.svc)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv.grpc, srv.quota)
 	srv.health = health.NewServer()
+	// NOT_SERVING until watchHealth's first check: gRPC health starts
+	// SERVING, which a probe could see before the store is ready.
+	for _, name := range []string{"", rlsServiceName, rlqsServiceName} {
+		srv.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 	healthpb.RegisterHealthServer(srv.grpc, srv.health)
 	reflection.Register(srv.grpc)
 	return nil
@@ -244,6 +254,9 @@ func (srv *server) newServices() error {
 	var observers []ratelimit.Observer
 	if s.CompatMetrics {
 		pm, err := ratelimit.NewPeerMetrics(srv.reg, s.NearLimit())
+		if err == nil {
+			err = ratelimit.RegisterPeerConfigLoads(srv.reg, srv.configLoads) // dropin.go
+		}
 		if err != nil {
 			return err
 		}
@@ -268,15 +281,19 @@ func (srv *server) newServices() error {
 		MaxDescriptors:  s.MaxDescriptors,
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,
+		// The HTTP port's /json is reached by more than Envoy.
+		JSONHitsAddend:        s.JSONHitsAddend,
+		JSONHitsAddendSetting: "--json-hits-addend",
 	})
 	return srv.newQuota()
 }
 
 // newConfig sets up the config source the settings name (source.New) and
-// makes its first load. A bad config at start is not fatal: Sluice serves
-// NOT_SERVING (and answers UNAVAILABLE) until a good one loads, unless
-// --start-without-config makes it serve an empty config (every domain
-// unknown, answered OK) until then.
+// makes its first load, which the file source waits for at most a moment
+// (then the listeners open, not ready until it ends). A bad config at
+// start is not fatal: Sluice serves NOT_SERVING (and answers UNAVAILABLE)
+// until a good one loads, unless --start-without-config makes it serve an
+// empty config (every domain unknown, answered OK) until then.
 func (srv *server) newConfig() error {
 	s, log := srv.set, srv.log
 	if s.StartWithoutConfig {
@@ -366,12 +383,13 @@ func (srv *server) openStore() error {
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
-		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		srv.store, srv.closer, srv.ping, srv.warm = st, st.Close, st.Ping, st.Ready
 		srv.shares = st.Shares(redis.SharesOptions{})
-		// Dial and load the script now, so the first decision does not pay
-		// for them inside its deadline. Redis may be down: readiness says so.
-		if err := st.Warm(context.Background()); err != nil {
-			srv.log.Warn("redis not reachable at start", zap.Error(err))
+		// Open the connections and load the library now, so that no
+		// decision pays for them inside its deadline. Redis may be down:
+		// the health checks try again, and readiness waits for it.
+		if err := srv.warmStore(context.Background()); err != nil {
+			srv.log.Warn("redis not ready at start", zap.Error(err))
 		}
 		if set.OverLimitCache {
 			c := limiter.NewOverLimitCache(st, limiter.OverLimitOptions{})
@@ -387,8 +405,22 @@ func (srv *server) openStore() error {
 	return nil
 }
 
+// warmStore runs warm unless it already succeeded, and returns its error
+// (nil once the store is warm).
+func (srv *server) warmStore(ctx context.Context) error {
+	if srv.warm == nil || srv.warmed.Load() {
+		return nil
+	}
+	if err := srv.warm(ctx); err != nil {
+		return err
+	}
+	srv.warmed.Store(true)
+	return nil
+}
+
 // readyz answers 200 while the server is ready (a config is loaded, the
-// store answers, not shutting down) and 503 with the reason otherwise.
+// store's connections are open and its library loaded, it answers, not
+// shutting down) and 503 with the reason otherwise.
 func (srv *server) readyz(w http.ResponseWriter, r *http.Request) {
 	if reason := srv.notReady(r.Context()); reason != "" {
 		http.Error(w, reason, http.StatusServiceUnavailable)
@@ -404,6 +436,8 @@ func (srv *server) notReady(ctx context.Context) string {
 		return "shutting down"
 	case srv.core.Config() == nil:
 		return "no config loaded"
+	case srv.warm != nil && srv.set.ReadyNeedsStore && !srv.warmed.Load():
+		return "store not ready: its connections are not open or its limiter library is not loaded"
 	case srv.ping != nil && srv.set.ReadyNeedsStore:
 		if err := srv.ping(ctx); err != nil {
 			return "store unreachable: " + err.Error()
@@ -419,8 +453,9 @@ func (srv *server) watchHealth(ctx context.Context) {
 	defer t.Stop()
 	last := ""
 	for {
+		warm := srv.warmStore(ctx) == nil // a failure shows as not ready
 		if srv.set.HealthNeedsStore() && srv.ping != nil {
-			srv.storeUp.Store(srv.ping(ctx) == nil)
+			srv.storeUp.Store(warm && srv.ping(ctx) == nil)
 		}
 		reason := srv.notReady(ctx)
 		if ctx.Err() != nil {

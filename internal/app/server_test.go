@@ -22,6 +22,7 @@ import (
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -415,4 +416,58 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestBindErrorHints checks that an address already in use names the
+// setting to change, for the gRPC and HTTP listeners as for the debug one.
+func TestBindErrorHints(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flag := range []string{"--grpc-addr", "--http-addr", "--debug-addr"} {
+		t.Run(flag, func(t *testing.T) {
+			args := []string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"}
+			args = append(args, flag, taken.Addr().String())
+			s, err := settings.Parse(args, func(string) string { return "" }, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = newServer(s, zap.NewNop(), hooks{})
+			want := "(set " + flag + " to another address"
+			if err == nil || !strings.HasPrefix(err.Error(), flag+": ") || !strings.Contains(err.Error(), want) {
+				t.Fatalf("newServer with %s taken = %v, want %q and %q in it", flag, err, flag+": ", want)
+			}
+		})
+	}
+}
+
+// TestNotReadyUntilStoreWarm: with Redis down at start, the server is not
+// ready, and says the store is not warm (connections and library), and
+// gRPC health is NOT_SERVING from the first probe on, not SERVING until the
+// first check; with Redis up, its connections are opened and it is ready.
+func TestNotReadyUntilStoreWarm(t *testing.T) {
+	srv, _, conn := startServer(t, "--redis-url", "redis://127.0.0.1:1/0", "--health-interval", "1h")
+	resp, err := http.Get("http://" + srv.httpLn.Addr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "store not ready: its connections are not open or its limiter library is not loaded"; resp.StatusCode != 503 || strings.TrimSpace(string(body)) != want {
+		t.Errorf("/readyz with Redis down = %d %q, want 503 %q", resp.StatusCode, body, want)
+	}
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health with Redis down = %v, %v; want NOT_SERVING", h, err)
+	}
+
+	up, _, _ := startServer(t, "--redis-url", "redis://"+redistest.Addr(t))
+	if !up.warmed.Load() {
+		t.Error("with Redis up, the store is not warm after the start")
+	}
+	if reason := up.notReady(context.Background()); reason != "" {
+		t.Errorf("with Redis up: not ready: %s", reason)
+	}
 }

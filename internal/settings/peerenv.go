@@ -2,6 +2,7 @@ package settings
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -52,7 +53,22 @@ type peerEnv struct {
 	// warnings lists the set variables Sluice does not apply, each with
 	// what it does instead.
 	warnings []string
+	// given lists the peer variables that are set, empty ones included:
+	// with any of them Sluice runs with the peer's settings (inUse), but
+	// for TRACING_*, which are Sluice's own names for its tracing settings
+	// too (tracing.go).
+	given []string
+	// empty holds the peer variables set to the empty string.
+	empty map[string]bool
+	// final holds, by flag name, the value in force of a setting whose
+	// peer value lost to a flag or SLUICE_* variable, as logs may show it.
+	final map[string]string
 }
+
+// inUse reports whether Sluice runs with the peer's settings: any of
+// peerVars is set, even to the empty string. Then the peer's defaults
+// apply where they change an outcome (defaults).
+func (p *peerEnv) inUse() bool { return len(p.given) > 0 }
 
 // get returns the peer variable name, "" when unset.
 func (p *peerEnv) get(name string) string { return strings.TrimSpace(p.getenv(name)) }
@@ -78,6 +94,35 @@ func (p *peerEnv) set(flag, v string, names ...string) {
 // override records that by (a flag or SLUICE_* variable) wins over the
 // peer's value of flag.
 func (p *peerEnv) override(flag, by string) { p.over[flag] = by }
+
+// overridden reports whether a flag or SLUICE_* variable won over the
+// peer's value of flag.
+func (p *peerEnv) overridden(flag string) bool { return p.over[flag] != "" }
+
+// redisDefaulted reports whether --redis-url is the peer's default socket,
+// set because REDIS_URL is unset (defaults).
+func (p *peerEnv) redisDefaulted() bool {
+	return slices.ContainsFunc(p.from["redis-url"], func(n string) bool { return strings.HasPrefix(n, "REDIS_URL unset") })
+}
+
+// inForce records, for each overridden setting, the value fs holds, so
+// the start-up line says what is in force; secrets are not recorded.
+func (p *peerEnv) inForce(fs *flag.FlagSet) {
+	for name := range p.over {
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		switch name {
+		case "redis-url":
+			p.final[name] = redis.Redacted(f.Value.String())
+		case "redis-sentinel-auth", "xds-headers":
+			p.final[name] = "(set)"
+		default:
+			p.final[name] = f.Value.String()
+		}
+	}
+}
 
 // warn records that name=v is not applied, and what Sluice does instead.
 func (p *peerEnv) warn(name, v, instead string) {
@@ -113,6 +158,9 @@ func (p *peerEnv) applied() []string {
 		line := fmt.Sprintf("--%s=%s (%s)", flag, v, strings.Join(p.from[flag], ", "))
 		if by := p.over[flag]; by != "" {
 			line = fmt.Sprintf("%s: overridden by %s", strings.Join(p.from[flag], ", "), by)
+			if f, ok := p.final[flag]; ok {
+				line += fmt.Sprintf(" (--%s=%s in force)", flag, f)
+			}
 		}
 		out = append(out, line)
 	}
@@ -120,22 +168,74 @@ func (p *peerEnv) applied() []string {
 	return append(out, p.noted...)
 }
 
-// readPeerEnv reads every set peer variable through getenv. It returns the
-// translation, or an error naming the variable for a value that does not
-// parse or that Sluice refuses (memcache, xDS).
-func readPeerEnv(getenv func(string) string) (*peerEnv, error) {
-	p := &peerEnv{getenv: getenv, vals: map[string]string{}, from: map[string][]string{}, over: map[string]string{}}
+// readPeerEnv reads every set peer variable through getenv; empty names
+// the variables set to the empty string, which getenv cannot tell from
+// unset ones. It returns the translation, or an error naming the variable
+// for a value that does not parse or that Sluice refuses (memcache, xDS).
+func readPeerEnv(getenv func(string) string, empty ...string) (*peerEnv, error) {
+	p := &peerEnv{getenv: getenv, vals: map[string]string{}, from: map[string][]string{}, over: map[string]string{},
+		empty: map[string]bool{}, final: map[string]string{}}
+	for _, n := range empty {
+		p.empty[n] = true
+	}
 	var errs []error
 	for _, pv := range peerVars {
 		v := p.get(pv.name)
+		if (v != "" || p.empty[pv.name] || p.getenv(pv.name) != "") && !strings.HasPrefix(pv.name, "TRACING_") {
+			p.given = append(p.given, pv.name)
+		}
 		if v == "" {
 			continue
 		}
-		if err := pv.apply(p, pv.name, v); err != nil {
+		// A group's function runs once per set variable of the group: its
+		// error is reported once.
+		if err := pv.apply(p, pv.name, v); err != nil && !slices.ContainsFunc(errs, func(e error) bool { return e.Error() == err.Error() }) {
 			errs = append(errs, err)
 		}
 	}
 	return p, errors.Join(errs...)
+}
+
+// peerRedisSocket is envoyproxy/ratelimit's default REDIS_URL, a unix
+// socket (its default REDIS_SOCKET_TYPE is unix).
+const peerRedisSocket = "/var/run/nutcracker/ratelimit.sock"
+
+// peerDefault names, as the source of a setting in the start-up lines, a
+// default of the peer's that applies because its variable is unset.
+func peerDefault(name, what string) string {
+	return name + " unset: " + what + " (envoyproxy/ratelimit's default)"
+}
+
+// defaults applies, when Sluice runs with the peer's settings (inUse), the
+// peer's defaults that change an outcome and that no set variable gave: a
+// hit counts as the peer counts it (every hit, as --overdraw, unless
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true), no response headers
+// unless LIMIT_RESPONSE_HEADERS_ENABLED=true, and Redis at the peer's
+// default socket when REDIS_URL is unset, never the in-memory store. It
+// returns an error for a REDIS_URL set to the empty string, which names no
+// Redis. Without the peer's settings it does nothing: Sluice's own
+// defaults stay.
+func (p *peerEnv) defaults() error {
+	if !p.inUse() {
+		return nil
+	}
+	if p.empty["REDIS_URL"] {
+		return errors.New(`REDIS_URL="" (envoyproxy/ratelimit's setting): set but empty, it names no Redis; ` +
+			"unset it for envoyproxy/ratelimit's default socket " + peerRedisSocket + ", or set host:port with REDIS_SOCKET_TYPE=tcp")
+	}
+	if _, ok := p.vals["overdraw"]; !ok {
+		p.set("overdraw", "true", peerDefault("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "every hit counts, admitted or not"))
+	}
+	if _, ok := p.vals["response-headers"]; !ok {
+		p.set("response-headers", "none", peerDefault("LIMIT_RESPONSE_HEADERS_ENABLED", "no rate limit headers"))
+	}
+	_, url := p.vals["redis-url"]
+	_, cluster := p.vals["redis-cluster-addrs"]
+	_, sentinel := p.vals["redis-sentinel-addrs"]
+	if !url && !cluster && !sentinel && !strings.EqualFold(p.get("BACKEND_TYPE"), "memcache") {
+		return peerRedis(p, peerDefault("REDIS_URL", "Redis at "+peerRedisSocket), "")
+	}
+	return nil
 }
 
 // The apply functions of peerVars.
@@ -436,7 +536,20 @@ func healthcheck(p *peerEnv, name, _ string) error {
 	return nil
 }
 
-// compatHeaders maps LIMIT_RESPONSE_HEADERS_ENABLED and the three names.
+// stopIncrement maps STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: false (the
+// peer's default) counts every hit, admitted or not, as --overdraw; true
+// counts nothing of a denied request, as Sluice's own default. A rule's
+// own overdraw wins over either.
+func stopIncrement(p *peerEnv, name, v string) error {
+	if err := checkKind(name, v, "bool"); err != nil {
+		return err
+	}
+	p.set("overdraw", strconv.FormatBool(!isTrue(v)), name)
+	return nil
+}
+
+// compatHeaders maps LIMIT_RESPONSE_HEADERS_ENABLED and the three names:
+// the peer sends its three headers when it is true, none otherwise.
 func compatHeaders(p *peerEnv, name, v string) error {
 	en := p.get("LIMIT_RESPONSE_HEADERS_ENABLED")
 	if en != "" {
@@ -446,13 +559,13 @@ func compatHeaders(p *peerEnv, name, v string) error {
 	}
 	if !isTrue(en) {
 		if name == "LIMIT_RESPONSE_HEADERS_ENABLED" {
-			p.note(name, v, "no RateLimit-Limit/-Remaining/-Reset; Sluice's draft RateLimit and RateLimit-Policy headers stay on (--response-headers)")
+			p.set("response-headers", "none", name)
 		} else {
 			p.warn(name, v, "not used: LIMIT_RESPONSE_HEADERS_ENABLED is not true")
 		}
 		return nil
 	}
-	p.set("response-headers", "draft,compat", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	p.set("response-headers", "compat", "LIMIT_RESPONSE_HEADERS_ENABLED")
 	names := make([]string, 3)
 	for i, n := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
 		names[i] = p.getOr(n, strings.Split(defaultCompatNames, ",")[i])
@@ -530,7 +643,7 @@ func peerRedis(p *peerEnv, name, _ string) error {
 			from = append(from, n)
 		}
 	}
-	raw := p.getOr("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	raw := p.getOr("REDIS_URL", peerRedisSocket)
 	// The peer's default socket type is unix; a REDIS_URL that is plainly
 	// host:port (a new user's REDIS_URL=127.0.0.1:6379) means TCP.
 	defSocket := "unix"
@@ -539,11 +652,14 @@ func peerRedis(p *peerEnv, name, _ string) error {
 	}
 	socket := strings.ToLower(p.getOr("REDIS_SOCKET_TYPE", defSocket))
 	switch {
+	case socket == "tcp" && p.get("REDIS_URL") == "":
+		return fmt.Errorf("REDIS_SOCKET_TYPE=tcp with REDIS_URL unset (envoyproxy/ratelimit's settings): its default REDIS_URL is the socket path %s; "+
+			"set REDIS_URL=host:port", peerRedisSocket)
 	case socket != "unix" && socket != "tcp":
 		return fmt.Errorf("REDIS_SOCKET_TYPE=%q (envoyproxy/ratelimit's setting): want tcp or unix", socket)
 	case socket == "unix" && defSocket == "tcp" && !strings.Contains(raw, "://"):
 		return fmt.Errorf("REDIS_SOCKET_TYPE=unix with REDIS_URL=%q (envoyproxy/ratelimit's settings): a unix socket is a path; "+
-			"for host:port set REDIS_SOCKET_TYPE=tcp", redis.Redacted(raw))
+			"for host:port set REDIS_SOCKET_TYPE=tcp", RedactURL(raw))
 	}
 	user, pass, hasUser := strings.Cut(p.get("REDIS_AUTH"), ":")
 	if !hasUser {
@@ -555,12 +671,20 @@ func peerRedis(p *peerEnv, name, _ string) error {
 	}
 	switch typ := strings.ToLower(p.getOr("REDIS_TYPE", "single")); typ {
 	case "single":
+		if strings.Contains(raw, ",") {
+			return fmt.Errorf("REDIS_URL=%q with REDIS_TYPE=single (envoyproxy/ratelimit's settings): want one address, host:port or a socket path "+
+				"(for several, set REDIS_TYPE=cluster or sentinel)", RedactURL(raw))
+		}
 		p.set("redis-url", redisURL(scheme, socket, raw, user, pass), from...)
 	case "cluster", "sentinel":
 		addrs := SplitList(raw)
+		if typ == "cluster" && (p.get("REDIS_URL") == "" || len(addrs) == 0) {
+			return fmt.Errorf("REDIS_URL=%q with REDIS_TYPE=cluster (envoyproxy/ratelimit's settings): want the cluster's nodes, \"host:port,host:port\"",
+				RedactURL(p.get("REDIS_URL")))
+		}
 		if typ == "sentinel" {
 			if len(addrs) < 2 {
-				return fmt.Errorf("REDIS_URL=%q with REDIS_TYPE=sentinel (envoyproxy/ratelimit's settings): want the master name and the sentinels, \"mymaster,host:port,host:port\"", redis.Redacted(raw))
+				return fmt.Errorf("REDIS_URL=%q with REDIS_TYPE=sentinel (envoyproxy/ratelimit's settings): want the master name and the sentinels, \"mymaster,host:port,host:port\"", RedactURL(raw))
 			}
 			p.set("redis-sentinel-master", addrs[0], from...)
 			addrs = addrs[1:]
@@ -636,12 +760,8 @@ func redisVar(p *peerEnv, name, v string) error {
 		p.warn(name, v, "not used: REDIS_TYPE is not sentinel")
 		return nil
 	}
-	if name != "REDIS_URL" && p.get("REDIS_URL") == "" && p.get("BACKEND_TYPE") == "" {
-		// Only REDIS_URL (or BACKEND_TYPE=redis) turns Redis on: the peer's
-		// default socket path is not worth guessing from REDIS_TYPE alone.
-		p.warn(name, v, "not used: REDIS_URL is unset (without it Sluice counts in memory)")
-		return nil
-	}
+	// With REDIS_URL unset the peer dials its default socket, and so does
+	// Sluice (peerRedis), never counting in memory instead.
 	return peerRedis(p, name, v)
 }
 
@@ -673,8 +793,9 @@ var peerVars = []peerVar{
 		warnedUnless(func(v string) bool { return strings.EqualFold(v, "tcp") }, "Sluice listens on TCP (GRPC_UDS: a unix socket for gRPC)")},
 	{"HOST", "0.0.0.0", "with `PORT`: `--http-addr` (unset: every address)", listenAddr("http-addr", "HOST", "PORT", "8080")},
 	{"PORT", "8080", "with `HOST`: `--http-addr`", listenAddr("http-addr", "HOST", "PORT", "8080")},
-	{"DEBUG_HOST", "0.0.0.0", "with `DEBUG_PORT`: `--debug-addr` (`/rlconfig`, `/debug/pprof/`)", listenAddr("debug-addr", "DEBUG_HOST", "DEBUG_PORT", "6070")},
-	{"DEBUG_PORT", "6070", "with `DEBUG_HOST`: `--debug-addr`", listenAddr("debug-addr", "DEBUG_HOST", "DEBUG_PORT", "6070")},
+	{"DEBUG_HOST", "0.0.0.0", "with `DEBUG_PORT`: `--debug-addr` (`/rlconfig`, `/debug/pprof/`); both unset: Sluice's `127.0.0.1:6070` (loopback only)",
+		listenAddr("debug-addr", "DEBUG_HOST", "DEBUG_PORT", "6070")},
+	{"DEBUG_PORT", "6070", "with `DEBUG_HOST` (unset: every address, as the peer): `--debug-addr`", listenAddr("debug-addr", "DEBUG_HOST", "DEBUG_PORT", "6070")},
 	{"GRPC_UDS", "", "`--grpc-addr=unix:PATH` (wins over `GRPC_HOST`/`GRPC_PORT`)", grpcAddr},
 	{"GRPC_HOST", "0.0.0.0", "with `GRPC_PORT`: `--grpc-addr`", grpcAddr},
 	{"GRPC_PORT", "8081", "with `GRPC_HOST`: `--grpc-addr`", grpcAddr},
@@ -731,16 +852,18 @@ var peerVars = []peerVar{
 	{"NEAR_LIMIT_RATIO", "0.8", "`--near-limit-ratio`", direct("near-limit-ratio", "float")},
 	{"CACHE_KEY_PREFIX", "", "`--redis-prefix` (Sluice's keys differ from the peer's anyway: counters are not shared)", direct("redis-prefix", "")},
 	{"BACKEND_TYPE", "redis", "`redis`: Redis at `REDIS_URL` (or its default socket); `memcache`: refused at start", backend},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", "`true` is what Sluice always does (a denied request consumes nothing); `false` warned",
-		warnedUnless(isTrue, "Sluice never counts a denied request (it consumes nothing)")},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "`true`: `--response-headers=draft,compat`", compatHeaders},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", "`false` or unset: `--overdraw=true` (every hit counts, admitted or not, as in the peer); " +
+		"`true`: `--overdraw=false` (a denied request consumes nothing); a rule's own `overdraw:` wins", stopIncrement},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "`true`: `--response-headers=compat` (the peer's three headers, and `Retry-After`); " +
+		"`false` or unset: `--response-headers=none`", compatHeaders},
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "`--compat-header-names` (with `LIMIT_RESPONSE_HEADERS_ENABLED=true`)", compatHeaders},
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "`--compat-header-names` (with `LIMIT_RESPONSE_HEADERS_ENABLED=true`)", compatHeaders},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", "`--compat-header-names` (with `LIMIT_RESPONSE_HEADERS_ENABLED=true`)", compatHeaders},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", "`--healthcheck-requires=config`: `/healthcheck` answers 500 until a config is loaded", healthcheck},
 	{"REDIS_SOCKET_TYPE", "unix", "`unix`: `--redis-url=unix://PATH`; `tcp`: `redis://HOST:PORT` (unset: `tcp` when `REDIS_URL` is `host:port`, `unix` when it is a path)", redisVar},
 	{"REDIS_TYPE", "SINGLE", "`single`: `--redis-url`; `sentinel`: `--redis-sentinel-master`, `--redis-sentinel-addrs`; `cluster`: `--redis-cluster-addrs` (any case)", redisVar},
-	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", "the peer's forms: `host:port` or a socket path; sentinel `master,host:port,...`; cluster `host:port,...`; a `redis://` URL as is", redisVar},
+	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", "the peer's forms: `host:port` or a socket path; sentinel `master,host:port,...`; cluster `host:port,...`; a `redis://` URL as is; " +
+		"unset, with any of the peer's settings: its default socket (never the in-memory store); set but empty, or no address for a cluster: refused at start", redisVar},
 	{"REDIS_POOL_SIZE", "10", "`--redis-pool-size` (connections per node)", direct("redis-pool-size", "int")},
 	{"REDIS_AUTH", "", "the password (or `user:password`) in `--redis-url`", redisVar},
 	{"REDIS_TLS", "false", "`true`: `rediss://`", redisVar},

@@ -2,6 +2,7 @@ package settings
 
 import (
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -154,17 +155,18 @@ var peerCases = []struct{ env, want string }{
 	{"CACHE_KEY_PREFIX=rl_", "redis-prefix=rl_"},
 	{"BACKEND_TYPE=redis", "redis-url=unix:///var/run/nutcracker/ratelimit.sock"},
 	{"BACKEND_TYPE=memcache", "error: BACKEND_TYPE=memcache: Sluice keeps its counters in Redis"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "note"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "warn"},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=draft,compat compat-header-names=RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED=false", "note"},
-	{"LIMIT_LIMIT_HEADER=X-Limit LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=draft,compat compat-header-names=X-Limit,RateLimit-Remaining,RateLimit-Reset"},
-	{"LIMIT_REMAINING_HEADER=X-Left LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=draft,compat compat-header-names=RateLimit-Limit,X-Left,RateLimit-Reset"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "overdraw=false"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "overdraw=true"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=maybe", "error: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=\"maybe\""},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=compat compat-header-names=RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED=false", "response-headers=none"},
+	{"LIMIT_LIMIT_HEADER=X-Limit LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=compat compat-header-names=X-Limit,RateLimit-Remaining,RateLimit-Reset"},
+	{"LIMIT_REMAINING_HEADER=X-Left LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=compat compat-header-names=RateLimit-Limit,X-Left,RateLimit-Reset"},
 	{"LIMIT_RESET_HEADER=X-Reset", "warn"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "healthcheck-requires=config"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=false", "healthcheck-requires=none"},
 	{"REDIS_SOCKET_TYPE=tcp REDIS_URL=redis:6379", "redis-url=redis://redis:6379"},
-	{"REDIS_SOCKET_TYPE=tcp", "warn"},
+	{"REDIS_SOCKET_TYPE=tcp", "error: REDIS_SOCKET_TYPE=tcp with REDIS_URL unset"},
 	{"REDIS_TYPE=SENTINEL REDIS_URL=mymaster,s1:26379,s2:26379 REDIS_SOCKET_TYPE=tcp", "redis-sentinel-master=mymaster redis-sentinel-addrs=s1:26379,s2:26379"},
 	{"REDIS_TYPE=cluster REDIS_URL=n1:7000,n2:7001 REDIS_SOCKET_TYPE=tcp", "redis-cluster-addrs=n1:7000,n2:7001"},
 	{"REDIS_TYPE=sentinel REDIS_URL=s1:26379", "error: want the master name and the sentinels"},
@@ -358,5 +360,110 @@ func TestMigratingTable(t *testing.T) {
 	writePeerTable(&b)
 	if !strings.Contains(doc, b.String()) {
 		t.Errorf("docs/MIGRATING.md does not hold the table of envoyproxy/ratelimit's settings; paste this:\n%s", b.String())
+	}
+}
+
+// TestPeerDefaultsApply: with any of the peer's settings, the peer's
+// defaults that change an outcome apply (every hit counts, no response
+// headers, Redis at its default socket) and the start-up line says so; a
+// flag or SLUICE_* variable still wins, and the line says what is in
+// force; without the peer's settings Sluice's own defaults stay.
+func TestPeerDefaultsApply(t *testing.T) {
+	peer := map[string]string{"LOG_LEVEL": "info", "USE_STATSD": "false"}
+	with := func(extra ...string) map[string]string {
+		env := maps.Clone(peer)
+		for _, kv := range extra {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		return env
+	}
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		overdraw bool
+		headers  string
+		redis    string
+		line     string
+	}{
+		{"Sluice's own", map[string]string{}, nil, false, "draft", "", ""},
+		{"tracing names alone", map[string]string{"TRACING_ENABLED": "false"}, nil, false, "draft", "", ""},
+		{"peer", peer, nil, true, "none", "unix:///var/run/nutcracker/ratelimit.sock",
+			"--overdraw=true (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset: every hit counts, admitted or not (envoyproxy/ratelimit's default))"},
+		{"peer, stop increment", with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"), nil, false, "none", "unix:///var/run/nutcracker/ratelimit.sock",
+			"--overdraw=false (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)"},
+		{"peer, SLUICE_OVERDRAW wins", with("SLUICE_OVERDRAW=false"), nil, false, "none", "unix:///var/run/nutcracker/ratelimit.sock",
+			"overridden by SLUICE_OVERDRAW (--overdraw=false in force)"},
+		{"peer, flag wins", with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"), []string{"--overdraw"}, true, "none", "unix:///var/run/nutcracker/ratelimit.sock",
+			"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: overridden by --overdraw (--overdraw=true in force)"},
+		{"peer headers", with("LIMIT_RESPONSE_HEADERS_ENABLED=true"), nil, true, "compat", "unix:///var/run/nutcracker/ratelimit.sock",
+			"--response-headers=compat (LIMIT_RESPONSE_HEADERS_ENABLED)"},
+		{"peer, headers flag wins", peer, []string{"--response-headers", "draft"}, true, "draft", "unix:///var/run/nutcracker/ratelimit.sock",
+			"LIMIT_RESPONSE_HEADERS_ENABLED unset: no rate limit headers (envoyproxy/ratelimit's default): overridden by --response-headers (--response-headers=draft in force)"},
+		{"peer, Redis given", with("REDIS_URL=r:6379"), nil, true, "none", "redis://r:6379", "--redis-url=redis://r:6379 (REDIS_URL)"},
+		{"peer, BACKEND_TYPE alone", map[string]string{"BACKEND_TYPE": "redis"}, nil, true, "none", "unix:///var/run/nutcracker/ratelimit.sock", ""},
+		{"peer, cluster by flag", peer, []string{"--redis-cluster-addrs", "n1:7000"}, true, "none", "", ""},
+	} {
+		s, err := Parse(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if s.Overdraw != tc.overdraw || s.ResponseHeaders != tc.headers || s.RedisURL != tc.redis {
+			t.Errorf("%s: overdraw %t, response headers %q, redis %q; want %t, %q, %q", tc.name, s.Overdraw, s.ResponseHeaders, s.RedisURL,
+				tc.overdraw, tc.headers, tc.redis)
+		}
+		if applied := strings.Join(s.peer.applied(), "\n"); !strings.Contains(applied, tc.line) {
+			t.Errorf("%s: the start-up line lacks %q:\n%s", tc.name, tc.line, applied)
+		}
+	}
+}
+
+// TestPeerRedisRefused: a Redis setting of the peer's that names no Redis
+// Sluice can use stops the start with one line naming it, never falling
+// back to the in-memory store.
+func TestPeerRedisRefused(t *testing.T) {
+	for _, tc := range []struct {
+		env   map[string]string
+		empty []string
+		want  string
+	}{
+		{map[string]string{"REDIS_TYPE": "cluster"}, nil, `REDIS_URL="" with REDIS_TYPE=cluster (envoyproxy/ratelimit's settings): want the cluster's nodes`},
+		{map[string]string{"REDIS_TYPE": "cluster"}, []string{"REDIS_URL"}, `REDIS_URL="" with REDIS_TYPE=cluster`},
+		{map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": " , ,"}, nil, `REDIS_URL=", ," with REDIS_TYPE=cluster`},
+		{map[string]string{"REDIS_TYPE": "sentinel"}, nil, `REDIS_URL="/var/run/nutcracker/ratelimit.sock" with REDIS_TYPE=sentinel`},
+		{map[string]string{}, []string{"REDIS_URL"}, `REDIS_URL="" (envoyproxy/ratelimit's setting): set but empty, it names no Redis`},
+		{map[string]string{"BACKEND_TYPE": "redis"}, []string{"REDIS_URL"}, `REDIS_URL="" (envoyproxy/ratelimit's setting): set but empty`},
+		{map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_SOCKET_TYPE": "tcp"}, nil, `REDIS_URL="a:1,b:2" with REDIS_TYPE=single`},
+		{map[string]string{"LOG_LEVEL": "info", "REDIS_SOCKET_TYPE": "tcp"}, nil, "REDIS_SOCKET_TYPE=tcp with REDIS_URL unset"},
+	} {
+		_, err := Parse(nil, envOf(tc.env), io.Discard, tc.empty...)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v (empty: %v): error %v, want one line starting %q", tc.env, tc.empty, err, tc.want)
+		}
+	}
+	if got := EmptyEnv([]string{"REDIS_URL=", "A=b", "PATH=/bin", "X=y=z"}); !slices.Equal(got, []string{"REDIS_URL"}) {
+		t.Errorf("EmptyEnv = %q, want [REDIS_URL]", got)
+	}
+}
+
+// TestDebugAddrDefault: Sluice's debug listener is on loopback unless
+// DEBUG_HOST/DEBUG_PORT (the peer's host default: every address) or a flag
+// say otherwise.
+func TestDebugAddrDefault(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "127.0.0.1:6070"},
+		{map[string]string{"LOG_LEVEL": "info", "REDIS_URL": "r:1"}, "127.0.0.1:6070"},
+		{map[string]string{"DEBUG_PORT": "6071"}, ":6071"},
+		{map[string]string{"DEBUG_HOST": "0.0.0.0"}, "0.0.0.0:6070"},
+	} {
+		s, err := Parse(nil, envOf(tc.env), io.Discard)
+		if err != nil || s.DebugAddr != tc.want {
+			t.Errorf("%v: debug addr %q (%v), want %q", tc.env, s.DebugAddr, err, tc.want)
+		}
 	}
 }

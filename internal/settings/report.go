@@ -140,3 +140,12 @@ func (p *peerEnv) notFromFiles() {
 func isPeerVar(name string) bool {
 	return !strings.HasPrefix(name, "--") && !strings.HasPrefix(name, "SLUICE_")
 }
+
+// RedactURL is v with the password of the URL it is replaced, and v itself
+// when it holds no user information.
+func RedactURL(v string) string {
+	if !strings.Contains(v, "@") {
+		return v
+	}
+	return redis.Redacted(v)
+}

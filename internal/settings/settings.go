@@ -43,6 +43,12 @@ type Settings struct {
 	RedisTLSNoHost  bool
 	RedisSentAuth   string
 	HTTPReadTimeout time.Duration
+	// JSONHitsAddend is --json-hits-addend: POST /json may refund and add
+	// more than one hit (rls.Options.JSONHitsAddend).
+	JSONHitsAddend bool
+	// ConfigMaxBytes is --config-max-bytes: the largest config file read
+	// (descriptors.Selection.MaxFileBytes).
+	ConfigMaxBytes  int
 	RedisURL        string
 	RedisSentinel   string
 	RedisSentinels  string
@@ -114,6 +120,7 @@ func (s *Settings) table() []setting {
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"config-tree", "load every file below the --config directory, of any extension, subdirectories included (envoyproxy/ratelimit's layout)", "false", &s.ConfigTree},
 		{"config-dotfiles", "with --config-tree, load files whose names start with '.' too (never Kubernetes' ..data)", "false", &s.ConfigDotfiles},
+		{"config-max-bytes", "largest config file read, in bytes: a larger one is a config error naming it (entries that are not regular files, such as pipes and devices, are skipped with a warning)", strconv.Itoa(descriptors.DefaultMaxFileBytes), &s.ConfigMaxBytes},
 		{"grpc-addr", "gRPC listen address (ShouldRateLimit, health, reflection); unix:PATH for a unix socket", ":8081", &s.GRPCAddr},
 		{"grpc-max-connection-age", "close each gRPC connection after this long (GOAWAY, ±10% jitter) so Envoy spreads over new replicas; 0s: never", "24h", &s.GRPCMaxAge},
 		{"grpc-max-connection-age-grace", "time the calls in flight get after --grpc-max-connection-age before the connection is cut", "1h", &s.GRPCMaxAgeGrace},
@@ -125,8 +132,9 @@ func (s *Settings) table() []setting {
 		{"max-request-bytes", "largest gRPC request accepted, in bytes", "4194304", &s.MaxRequestBytes},
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
+		{"json-hits-addend", "let POST /json refund (is_negative_hits) and send hits_addend above 1, as gRPC may; off, such a request gets 400 (the HTTP port is reached by kubelets and Prometheus, not only Envoy)", "false", &s.JSONHitsAddend},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
-		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/); empty turns it off", ":6070", &s.DebugAddr},
+		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/), loopback only by default; empty turns it off", "127.0.0.1:6070", &s.DebugAddr},
 		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
 		{"metrics-path", "path of the metrics on --metrics-addr", "/metrics", &s.MetricsPath},
 		{"compat-metrics", "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_*{domain,key1,key2}, ...)", "false", &s.CompatMetrics},
@@ -182,8 +190,8 @@ func (s *Settings) table() []setting {
 	}
 }
 
-// allSettings is table with the xDS source's settings (settings_xds.go) and
-// the quota service's (settings_rlqs.go).
+// allSettings is table with the xDS source's settings (xds.go) and
+// the quota service's (rlqs.go).
 func (s *Settings) allSettings() []setting {
 	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
 }
@@ -200,8 +208,13 @@ func envName(flagName string) string {
 // variables, in that order of precedence. It returns an error naming the
 // flag or variable for a value that does not parse or is out of range, and
 // for a peer setting Sluice refuses. --help prints the usage to helpOut.
-func Parse(args []string, getenv func(string) string, helpOut io.Writer) (*Settings, error) {
-	peer, err := readPeerEnv(getenv)
+// emptyVars names the variables set to the empty string (getenv returns ""
+// for them as for unset ones), as emptyEnv finds them.
+func Parse(args []string, getenv func(string) string, helpOut io.Writer, emptyVars ...string) (*Settings, error) {
+	peer, err := readPeerEnv(getenv, emptyVars...)
+	if err == nil {
+		err = peer.defaults()
+	}
 	if err == nil {
 		err = applyOtelFallbacks(peer) // tracing.go
 	}
@@ -248,11 +261,30 @@ func Parse(args []string, getenv func(string) string, helpOut io.Writer) (*Setti
 		}
 		given[f.Name] = []string{"--" + f.Name}
 	})
+	peer.inForce(fs)
+	if peer.redisDefaulted() && (s.RedisCluster != "" || s.RedisSentinel != "") && !peer.overridden("redis-url") {
+		// A Cluster or Sentinel given by flag or SLUICE_* replaces the
+		// peer's default socket, which is no node of it.
+		s.RedisURL = ""
+		peer.override("redis-url", "--redis-cluster-addrs or --redis-sentinel-master")
+	}
 	if err := s.validate(); err != nil {
 		return s, err
 	}
 	s.settle(fs, given)
 	return s, nil
+}
+
+// EmptyEnv returns the names of the variables of environ (as os.Environ
+// returns it) that are set to the empty string, for Parse.
+func EmptyEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if k, v, _ := strings.Cut(kv, "="); v == "" {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // usageText opens the --help output.
@@ -497,10 +529,12 @@ func (s *Settings) validateDropIn() error {
 // *.yml, or with --config-tree every file below it (envoyproxy/ratelimit's
 // layout), dotfiles per --config-dotfiles.
 func (s *Settings) Selection() descriptors.Selection {
+	sel := descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
 	if !s.ConfigTree {
-		return descriptors.YAMLFiles
+		sel = descriptors.YAMLFiles
 	}
-	return descriptors.Selection{Recursive: true, Dotfiles: s.ConfigDotfiles}
+	sel.MaxFileBytes, sel.MaxFileSetting = int64(s.ConfigMaxBytes), "--config-max-bytes"
+	return sel
 }
 
 // CompatHeaderNames is CompatNames, validated: the names of the limit, the

@@ -53,10 +53,16 @@ func (f *fileSource) Info() Info {
 	return Info{Kind: "file", Path: f.path}
 }
 
-// Load loads the files and delivers the outcome, unless no file changed
+// Load makes the first load (loadFirst), waiting for it at most
+// firstLoadWait. It reports whether the load ended within that wait.
+func (f *fileSource) Load(deliver Deliver) bool {
+	return f.loadFirst(deliver, firstLoadWait)
+}
+
+// load loads the files and delivers the outcome, unless no file changed
 // since the last load (an event about a log file beside the config, a
 // touch). It reports whether it loaded.
-func (f *fileSource) Load(deliver Deliver) bool {
+func (f *fileSource) load(deliver Deliver) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fp := f.fingerprint()
@@ -68,9 +74,41 @@ func (f *fileSource) Load(deliver Deliver) bool {
 	return true
 }
 
+// firstLoadWait is how long the start waits for the first load of the
+// files before it opens the listeners anyway: /healthz must answer, and
+// /readyz say why the server is not ready, while a load is stuck (a file
+// system that does not answer) or slow (many files near the size limit).
+// A real config loads in milliseconds.
+const firstLoadWait = 2 * time.Second
+
+// loadFirst loads the files once, as load, and reports whether the load
+// ended within wait. When it did not, it returns and the load goes on in a
+// goroutine of its own that ends with the load and delivers its outcome
+// then; Run's loads wait for it (see mu). A read that never returns cannot
+// be stopped: with pipes and devices skipped and the size bounded, only a
+// file system that does not answer holds it.
+func (f *fileSource) loadFirst(deliver Deliver, wait time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.load(deliver)
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		f.log.Warn("config still loading; listening meanwhile, not ready until it loads",
+			zap.String("config_file", f.path), zap.Duration("waited", wait))
+		return false
+	}
+}
+
 // fingerprint hashes what a load reads: the names and contents of the files
-// that the load's own selection picks. Unreadable files and paths hash their
-// error, so a change there counts.
+// that the load's own selection picks, read as the load reads them (no
+// pipe or device, nothing past the size limit). Unreadable files and paths
+// hash their error, so a change there counts.
 func (f *fileSource) fingerprint() [sha256.Size]byte {
 	h := sha256.New()
 	names, err := f.sel.Files(f.path)
@@ -78,7 +116,7 @@ func (f *fileSource) fingerprint() [sha256.Size]byte {
 		fmt.Fprintf(h, "error %v\x00", err)
 	}
 	for _, name := range names {
-		data, err := os.ReadFile(name)
+		data, err := f.sel.ReadFile(name)
 		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
 		h.Write(data)
 		if err != nil {
@@ -109,7 +147,7 @@ func (f *fileSource) Run(ctx context.Context, deliver Deliver) error {
 	f.log.Info("watching config", zap.String("config_file", f.path))
 	// A change between the first load and the watch has no event: load
 	// once more now (nothing happens when no file changed).
-	f.Load(deliver)
+	f.load(deliver)
 	d := debounce{wait: f.debounce, max: MaxWaitFactor * f.debounce}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -132,7 +170,7 @@ func (f *fileSource) Run(ctx context.Context, deliver Deliver) error {
 			f.log.Warn("config watch error", zap.Error(err))
 		case <-timer.C:
 			d.fired()
-			f.Load(deliver)
+			f.load(deliver)
 			f.watch(w)
 		}
 	}

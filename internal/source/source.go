@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/internal/settings"
@@ -35,10 +36,11 @@ type Deliver func(cfg *descriptors.Config, err error)
 // deliver the result from Load and Run, describe it in Info, and choose it
 // in New. Rules, errors and the swap stay shared.
 type Source interface {
-	// Load delivers the outcome of loading what the source holds now, the
-	// first load, before the server serves; it reports whether it
-	// delivered one. A source whose configs arrive only while it runs
-	// (xDS) delivers nothing.
+	// Load makes the first load, before the server serves: it delivers
+	// the outcome of loading what the source holds now, and reports
+	// whether it did so by the time it returns (a slow load may deliver
+	// later). A source whose configs arrive only while it runs (xDS)
+	// delivers nothing.
 	Load(deliver Deliver) bool
 	// Run watches the source until ctx ends and delivers each new outcome:
 	// a config that built, or the errors of one that did not. It never
@@ -138,6 +140,19 @@ func (cs *State) Run(ctx context.Context) {
 
 // Info describes the source.
 func (cs *State) Info() Info { return cs.src.Info() }
+
+// Loads returns how many loads (the first and every reload) succeeded and
+// how many failed so far: sluice_config_loads_total.
+func (cs *State) Loads() (ok, failed uint64) {
+	value := func(result string) uint64 {
+		var m dto.Metric
+		if err := cs.reloads.WithLabelValues(result).Write(&m); err != nil {
+			return 0
+		}
+		return uint64(m.GetCounter().GetValue())
+	}
+	return value("ok"), value("error")
+}
 
 // Status is the outcome of the loads so far.
 type Status struct {

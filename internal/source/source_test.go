@@ -135,7 +135,7 @@ func TestFileSourceFingerprint(t *testing.T) {
 			true, []string{"a2", "b", "notes"}},
 	} {
 		step.do()
-		if loaded := fs.Load(deliver); loaded != step.want {
+		if loaded := fs.load(deliver); loaded != step.want {
 			t.Errorf("%s: load = %v, want %v", step.name, loaded, step.want)
 		}
 		var doms []string
@@ -178,6 +178,36 @@ func TestDebounce(t *testing.T) {
 	zero := debounce{}
 	if got := zero.event(t0); got != 0 {
 		t.Errorf("zero debounce: event = %v, want 0", got)
+	}
+}
+
+// TestLoadFirstIsBounded: a first load that does not end within its wait
+// lets the start go on (loadFirst returns false at the wait), and its
+// outcome is delivered once it ends; one that ends in time returns true.
+func TestLoadFirstIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	fs := newFileSource(dir, descriptors.YAMLFiles, 0, zap.NewNop())
+	release, delivered := make(chan struct{}), make(chan *descriptors.Config, 1)
+	start := time.Now()
+	if fs.loadFirst(func(c *descriptors.Config, _ error) { <-release; delivered <- c }, 50*time.Millisecond) {
+		t.Fatal("loadFirst with a load that does not end = true, want false")
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("loadFirst returned after %v, want about its 50ms wait", waited)
+	}
+	close(release)
+	select {
+	case c := <-delivered:
+		if c == nil || c.Domain("a") == nil {
+			t.Errorf("the late load delivered %v, want domain a", c)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late load delivered nothing")
+	}
+	write(t, filepath.Join(dir, "a.yaml"), "domain: b\n")
+	if !fs.loadFirst(func(*descriptors.Config, error) {}, 5*time.Second) {
+		t.Error("loadFirst with a quick load = false, want true")
 	}
 }
 

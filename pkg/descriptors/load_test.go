@@ -9,7 +9,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -448,5 +450,85 @@ func TestFiles(t *testing.T) {
 	files, _ := descriptors.Files(dir)
 	if want := `domain "a" is already defined in ` + files[0]; !strings.Contains(err.Error(), want) {
 		t.Errorf("Load(%q) = %v, want %q", dir, err, want)
+	}
+}
+
+// TestSpecialFiles: a named pipe and a link to /dev/zero in a config
+// directory are skipped with a warning naming each, and the regular files
+// load (reading either had blocked for ever or grown without end); a pipe
+// named directly is an error, at once; a file over MaxFileBytes is an error
+// naming it and the limit, whether its size shows (a regular file) or not
+// (a /proc file, which reports 0).
+func TestSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("domain: good\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pipe := filepath.Join(dir, "pipe.yaml")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(big, make([]byte, descriptors.DefaultMaxFileBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sel := descriptors.Selection{Ext: []string{".yaml"}, MaxFileSetting: "--config-max-bytes"}
+	load := func(paths ...string) (*descriptors.Config, error) {
+		type result struct {
+			cfg *descriptors.Config
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			cfg, err := sel.Load(paths...)
+			done <- result{cfg, err}
+		}()
+		select {
+		case r := <-done:
+			return r.cfg, r.err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Load(%v) did not return within 5s", paths)
+			return nil, nil
+		}
+	}
+
+	cfg, err := load(dir)
+	if err != nil {
+		t.Fatalf("Load(dir with a pipe and /dev/zero) = %v, want the regular file loaded", err)
+	}
+	var warns []string
+	for _, w := range cfg.Warnings {
+		warns = append(warns, w.Error())
+	}
+	want := []string{pipe + ": skipped: not a regular file (a named pipe)", zero + ": skipped: not a regular file (a device)"}
+	if !slices.Equal(warns, want) || cfg.Domain("good") == nil || !slices.Equal(cfg.Files, []string{good}) {
+		t.Errorf("Load(dir) = files %v, warnings %q; want %v and warnings %q", cfg.Files, warns, []string{good}, want)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		sel        descriptors.Selection
+		want       string
+	}{
+		{"pipe named directly", pipe, sel, pipe + ": cannot read: not a regular file (a named pipe)"},
+		{"over the default limit", big, sel, fmt.Sprintf("%s: file is %d bytes, over the limit of %d bytes for a config file (--config-max-bytes raises it)",
+			big, descriptors.DefaultMaxFileBytes+1, descriptors.DefaultMaxFileBytes)},
+		{"over a limit set", good, descriptors.Selection{MaxFileBytes: 16}, good + ": file is 90 bytes, over the limit of 16 bytes for a config file"},
+		{"a /proc file reporting size 0", "/proc/self/status", descriptors.Selection{MaxFileBytes: 16}, "/proc/self/status: file is over the limit of 16 bytes for a config file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel = tc.sel
+			if _, err := load(tc.path); err == nil || err.Error() != tc.want {
+				t.Errorf("Load(%s) = %v, want %q", tc.path, err, tc.want)
+			}
+			if _, err := tc.sel.ReadFile(tc.path); err == nil || err.Error() != tc.want {
+				t.Errorf("ReadFile(%s) = %v, want %q", tc.path, err, tc.want)
+			}
+		})
 	}
 }

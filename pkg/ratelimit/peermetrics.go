@@ -224,3 +224,25 @@ func ipv4At(s string, i int) int {
 	}
 	return i - start
 }
+
+// RegisterPeerConfigLoads registers with reg envoyproxy/ratelimit's
+// config-load counters under the names its default statsd-exporter mapping
+// gives its config_load_success and config_load_error stats:
+// ratelimit_service_config_load_success and
+// ratelimit_service_config_load_error, counters without labels, which its
+// users alert on. loads returns their values: the config loads that
+// succeeded and those that failed so far, the first load included. It
+// returns the registration error if a metric of either name is already
+// registered.
+func RegisterPeerConfigLoads(reg prometheus.Registerer, loads func() (ok, failed uint64)) error {
+	success := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",
+		Help: "envoyproxy/ratelimit's config_load_success stat: config loads that succeeded."},
+		func() float64 { ok, _ := loads(); return float64(ok) })
+	failure := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
+		Help: "envoyproxy/ratelimit's config_load_error stat: config loads that failed (the config in force stayed)."},
+		func() float64 { _, failed := loads(); return float64(failed) })
+	if err := reg.Register(success); err != nil {
+		return err
+	}
+	return reg.Register(failure)
+}

@@ -48,6 +48,11 @@ const (
 	// 16 bits) and maxBatchEntries its entries.
 	maxBatchKeys    = 1 << 15
 	maxBatchEntries = 256
+
+	// maxEntryCount bounds an entry's hits, keys and undo tokens: its
+	// count and its key indexes are 16 bits. An entry over it is refused
+	// alone (check), before any call.
+	maxEntryCount = math.MaxUint16
 )
 
 // entry is what one script call decides for one request in one slot: an
@@ -69,6 +74,18 @@ type entry struct {
 	hr       []hitReply
 	kr       []keyReply
 	changed  float64 // undo: counters changed, -1 if it already ran
+	failed   string  // the script's error for this entry alone, "" for none
+}
+
+// check returns an error when e does not fit the script's layout (its
+// counts and key indexes are 16 bits): such an entry is never sent, and
+// only its own decision fails.
+func (e *entry) check() error {
+	if len(e.keys) > maxEntryCount || len(e.hits) > maxEntryCount || len(e.undo)/2 > maxEntryCount {
+		return fmt.Errorf("%w: a decision of %d hits on %d counters is more than one limiter script entry holds (%d)",
+			limiter.ErrStoreUnavailable, len(e.hits), len(e.keys), maxEntryCount)
+	}
+	return nil
 }
 
 // request is a copy of e's request without its reply, for a run of its own
@@ -123,7 +140,7 @@ func encode(es []*entry) (keys []string, specs, prog []byte) {
 	n, size := 0, 0
 	for _, e := range es {
 		n += len(e.keys)
-		size += 2 + hitSize*len(e.hits) + 10 + tokenSize*len(e.undo)/2
+		size += 3 + hitSize*len(e.hits) + 10 + tokenSize*len(e.undo)/2
 	}
 	keys = make([]string, 0, n)
 	specs = make([]byte, 0, specSize*n)
@@ -174,7 +191,8 @@ func appendF(b []byte, f float64) []byte {
 func (e *entry) appendTo(b []byte, idx []uint16) []byte {
 	if e.kind == kindUndo {
 		nk := len(e.undo) / 2
-		b = append(b, kindUndo, byte(nk))
+		b = append(b, kindUndo)
+		b = binary.LittleEndian.AppendUint16(b, uint16(nk))
 		marker := uint16(0)
 		if e.ttl > 0 {
 			marker = idx[len(idx)-1]
@@ -195,7 +213,8 @@ func (e *entry) appendTo(b []byte, idx []uint16) []byte {
 	if e.lease {
 		kind |= kindLease
 	}
-	b = append(b, kind, byte(len(e.hits)))
+	b = append(b, kind)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(e.hits)))
 	for _, h := range e.hits {
 		b = binary.LittleEndian.AppendUint16(b, idx[h.key])
 		b = appendF(b, h.requests)
@@ -234,7 +253,26 @@ func (r *reader) u8() byte {
 	return r.s[r.off-1]
 }
 
+// str reads a '<H' length and that many bytes.
+func (r *reader) str() string {
+	n := int(r.u8()) | int(r.u8())<<8
+	if r.err != nil || r.off+n > len(r.s) {
+		r.err = errShortReply
+		return ""
+	}
+	r.off += n
+	return r.s[r.off-n : r.off]
+}
+
 var errShortReply = errors.New("redis: limiter script reply too short")
+
+// failedEntry is the marker of the reply of an entry that raised an error
+// in the script: its first byte (an apply or check), or its count of
+// counters changed (an undo).
+const (
+	failedEntry     = 255
+	failedUndoEntry = -2
+)
 
 // decode reads the reply of the call that decided es into each entry.
 func decode(reply any, es []*entry) error {
@@ -245,12 +283,19 @@ func decode(reply any, es []*entry) error {
 	r := reader{s: s}
 	now := r.f64()
 	for _, e := range es {
-		e.now = now
+		e.now, e.failed = now, ""
 		if e.kind == kindUndo {
-			e.changed = r.f64()
+			if e.changed = r.f64(); e.changed == failedUndoEntry {
+				e.failed = r.str()
+			}
 			continue
 		}
-		e.admitted = r.u8() == 1
+		b := r.u8()
+		if b == failedEntry {
+			e.failed = r.str()
+			continue
+		}
+		e.admitted = b == 1
 		e.hr = slices.Grow(e.hr[:0], len(e.hits))[:len(e.hits)]
 		for i := range e.hits {
 			bits := r.u8()
@@ -518,9 +563,11 @@ func (n *node) clock() string {
 
 // runEntries decides ps on c under ctx: one script call per slot (and per
 // maxBatchEntries, maxBatchKeys), all in one pipeline, and returns each
-// entry's error, in the order of ps (nil: its reply is in its entry). A
-// call that may have run is never sent again: only one that the server
-// refused unrun (its function or script missing) is, once loaded.
+// entry's error, in the order of ps (nil: its reply is in its entry). An
+// entry that does not fit the script's layout, or that the script failed
+// alone, fails alone: the others of its call keep their replies. A call
+// that may have run is never sent again: only one that the server refused
+// unrun (its function or script missing) is, once loaded.
 func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps []*pending) []error {
 	type call struct {
 		order []int // indices into ps, in ps's order within the slot
@@ -530,9 +577,11 @@ func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps [
 		cmd   *goredis.Cmd
 	}
 	errs := make([]error, len(ps))
-	order := make([]int, len(ps))
-	for i := range order {
-		order[i] = i
+	order := make([]int, 0, len(ps))
+	for i, p := range ps {
+		if errs[i] = p.e.check(); errs[i] == nil {
+			order = append(order, i)
+		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return ps[a].slot - ps[b].slot })
 	var calls []call
@@ -551,9 +600,12 @@ func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps [
 		calls = append(calls, call{order: order[i:j], es: es, keys: keys, args: []any{now, specs, prog}})
 		i = j
 	}
-	if len(calls) == 1 {
+	switch {
+	case len(calls) == 0:
+		return errs
+	case len(calls) == 1:
 		calls[0].cmd = k.run(ctx, c, calls[0].keys, calls[0].args)
-	} else {
+	default:
 		if k.mode.Load() == modeUnknown {
 			if err := k.load(ctx, c); err != nil {
 				err = fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
@@ -587,8 +639,12 @@ func runEntries(ctx context.Context, c scriptClient, k *caller, now string, ps [
 					limiter.ErrStoreUnavailable, len(cl.es), len(cl.keys), err)
 			}
 		}
-		for _, i := range cl.order {
+		for x, i := range cl.order {
 			errs[i] = err
+			if err == nil && cl.es[x].failed != "" {
+				errs[i] = fmt.Errorf("%w: limiter script failed this decision alone: %s",
+					limiter.ErrStoreUnavailable, cl.es[x].failed)
+			}
 		}
 	}
 	return errs

@@ -32,9 +32,13 @@ const heatSlots = 4096
 // them in memory until they run out or that (sub-)window ends, so the fleet
 // total never exceeds the limit. What it costs is fairness: permits this
 // instance holds and does not spend are lost to the others until they are
-// given back, at the first whole second after their (sub-)window ended, or
-// at Close (at most about span's worth of this instance's traffic on the
-// key per lease, and never more than half of what remained). Heat is
+// given back, at the first whole second after a whole second in which none
+// was spent (idleAfter) or after their (sub-)window ended, whatever comes
+// first, or at Close (at most about span's worth of this instance's
+// traffic on the key per lease, and never more than half of what
+// remained). Permits given back before their window ends still count in
+// it only until the undo lands, so a window of an hour holds them for
+// about a second, as a sub-window of a second does. Heat is
 // counted in heatSlots hashed slots, so a quiet key that shares a slot with
 // a hot one is leased as if it were as hot.
 //
@@ -69,6 +73,7 @@ type lease struct {
 	asked   limiter.Limit // the limit it asks under
 	permits uint64        // unspent
 	until   time.Time     // the end of the (sub-)window that counted them, on clock
+	used    time.Time     // when a permit was last spent or granted, on clock
 	token   float64       // the (sub-)window's index: the undo token's u1
 	rem     uint64        // Remaining for the next hit spent here
 	reset   time.Time     // when the counter is back to its capacity, on clock
@@ -138,6 +143,7 @@ func (ls *leases) take(key string, h limiter.Hit) (r limiter.Result, spent bool,
 	l.limit, l.spec = h.Limit, specOf(h.Limit)
 	if l.permits >= h.Hits {
 		l.permits -= h.Hits
+		l.used = now
 		l.rem -= min(l.rem, h.Hits)
 		return limiter.Result{Allowed: true, Remaining: l.rem, ResetAfter: max(l.reset.Sub(now), 0).Truncate(time.Millisecond)},
 			true, 0, nil
@@ -195,11 +201,17 @@ func (ls *leases) count(key string, now time.Time) uint32 {
 	return 0
 }
 
+// idleAfter is how long a lease's permits may go unspent before roll gives
+// them back: the instance stopped using them (its traffic on the key moved
+// or ended), and on a long window nothing else would return them for as
+// long as the window lasts.
+const idleAfter = time.Second
+
 // roll starts a new second, gone seconds after the last one: heat becomes
 // last (or zero, when more than a second passed), the leases whose permits
-// expired are dropped, and their unspent permits given back (they still
-// count in their window, which is longer than the (sub-)window in which
-// they could be spent).
+// expired or went unspent for idleAfter are dropped, and their unspent
+// permits given back (they still count in their window, which is at least
+// as long as the (sub-)window in which they could be spent).
 func (ls *leases) roll(gone int64) {
 	for i := range ls.heat {
 		n := ls.heat[i].Swap(0)
@@ -213,7 +225,7 @@ func (ls *leases) roll(gone int64) {
 	ls.mu.Lock()
 	for k, l := range ls.m {
 		l.mu.Lock()
-		if !l.asking && !now.Before(l.until) {
+		if !l.asking && (!now.Before(l.until) || now.Sub(l.used) >= idleAfter) {
 			if l.permits > 0 {
 				back = append(back, l.undo(k))
 			}
@@ -274,12 +286,13 @@ func (ls *leases) granted(l *lease, e *entry, r limiter.Result, sent time.Time) 
 		// else they go back.
 		if kr.u1 == l.token {
 			l.permits += uint64(kr.leased)
+			l.used = ls.clock()
 			l.rem, l.reset = r.Remaining, sent.Add(r.ResetAfter)
 			return
 		}
 		back = l.undo(e.keys[0])
 	}
-	l.permits, l.token, l.until = uint64(kr.leased), kr.u1, sent.Add(left)
+	l.permits, l.token, l.until, l.used = uint64(kr.leased), kr.u1, sent.Add(left), ls.clock()
 	l.rem, l.reset = r.Remaining, sent.Add(r.ResetAfter)
 }
 

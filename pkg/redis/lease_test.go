@@ -163,3 +163,55 @@ func packedCount(t *testing.T, addr, prefix string, h limiter.Hit) int64 {
 	}
 	return total
 }
+
+// TestLeaseGivenBackWhenQuiet: a Store hot on a counter of an hour's window
+// (fixed, and sliding of one sub-window: the (sub-)window that counts the
+// permits is the whole hour) goes quiet. The permits it leased and did not
+// spend go back about a second after it stopped spending them, not when the
+// hour ends: 3 s later it holds none, and the counter in Redis holds exactly
+// the admitted requests.
+func TestLeaseGivenBackWhenQuiet(t *testing.T) {
+	for _, l := range []limiter.Limit{
+		{Requests: 1 << 40, Window: time.Hour, Algorithm: limiter.FixedWindow},
+		{Requests: 1 << 40, Window: time.Hour, SubWindows: 1},
+	} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			srv, prefix, stores := leaseStores(t)
+			h := limiter.Hit{Key: "quiet", Limit: l, Hits: 1}
+			decisions, admitted := hammer(t, stores[:1], 16, []limiter.Hit{h}, 2500*time.Millisecond)
+			held := []uint64{stores[0].leases.held()}
+			for range 3 {
+				time.Sleep(time.Second)
+				held = append(held, stores[0].leases.held())
+			}
+			t.Logf("%d decisions in 2.5 s; permits held 0, 1, 2, 3 s after it went quiet: %v", decisions, held)
+			if held[0] == 0 {
+				t.Fatal("no permits held when the Store went quiet: the run leased nothing")
+			}
+			if held[3] != 0 {
+				t.Errorf("%d permits held 3 s after the Store went quiet, want 0 (given back)", held[3])
+			}
+			key := counterKey(cleanPrefix(prefix), h)
+			var count uint64
+			if l.Algorithm == limiter.FixedWindow {
+				v, err := redistest.Do(srv.Addr(), "GET", key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := parseFixed(v.(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				count = st.N1
+			} else {
+				_, count, _, _ = readCounter(t, newClient(t, srv.Addr()), key)
+			}
+			if count != uint64(admitted) {
+				t.Errorf("counter 3 s after the Store went quiet = %d, want the %d admitted", count, admitted)
+			}
+			for _, s := range stores {
+				_ = s.Close()
+			}
+		})
+	}
+}

@@ -43,7 +43,7 @@
 --             2 fixed_window, 3 sliding_log, 4 concurrency; 255 for a
 --             marker), the window in ms, the sub-windows
 --             (limiter.Limit.SubWindowCount: 1 or more for sliding_window).
---   ARGV[3]   the entries, one after another, each '<BB' kind and count;
+--   ARGV[3]   the entries, one after another, each '<BH' kind and count;
 --             the kind's bit 16 asks for the full reply, bit 32 says that a
 --             hit asks for a lease:
 --     kind 1 "apply": decide the request's count hits and consume only if
@@ -85,6 +85,10 @@
 --       for a lease, per key '<dd': u1 and the permits leased.
 --     undo: '<d' the number of counters changed, or -1 when the marker
 --       existed: this undo already ran.
+--     an entry that raised an error: '<BH' 255 (apply, check) or '<dH' -2
+--       (undo), the length of the message, then the message. The other
+--       entries of the call are decided as if it were not there (what it
+--       changed in memory before the error, if anything, is written).
 --
 -- Leases (hot keys): an apply hit may ask for lease permits beyond its hits.
 -- When the entry is admitted, its key's algorithm leases (sliding_window,
@@ -1081,59 +1085,26 @@ local function plainHits(prog, p, count, e)
 end
 
 ------------------------------------------------------------------------------
--- run decides one batch (see the header).
-local function run(KEYS, ARGV)
-  if not spack then
-    spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
-    fmt, sub, byte = string.format, string.sub, string.byte
-    SUBZERO = string.rep('\0', 8 * 64)
-  end
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
-  else
-    -- Needed before writing after a non-deterministic command on Redis < 5;
-    -- a no-op (deprecated) on 7.
-    if redis.replicate_commands then
-      redis.replicate_commands()
-    end
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-  end
-  local nk, specs, prog = #KEYS, ARGV[2], ARGV[3]
-  for k = 1, nk do
-    KA[k], ox[k], dirty[k], mark[k] = 0, 0, 0, 0
-  end
-  local p = 1
-  for k = 1, nk do
-    local a, w, N
-    a, w, N, p = sunpack('<BdB', specs, p)
-    if a ~= MARKER then
-      local A = ALG[a]
-      if not A then
-        error('sluice: unknown algorithm ' .. a)
-      end
-      if A.sub and N > 1 then
-        A = A.sub
-      elseif A.oldest then
-        N = 1
-      end
-      KA[k], KW[k], KN[k] = A, w, N
-    end
-  end
-  prefetch(KEYS, nk)
-  -- Per entry: its hits (hk..ta: key, requests, burst, hits, flags, lease,
-  -- allowed, retry, the two remaining/reset pairs), its keys in order of
-  -- first hit (ek, with mark[k] = the entry's number), and per key the
-  -- growth (inc, dec, odi: the largest overdraw hits), the lease asked and
-  -- the key's first hit. The reply is out[1..nout].
-  out[1] = spack('<d', now)
-  local nout = 1
-  local plen, e = #prog, 0
-  p = 1
+-- The entry being decided, set by entries before it decides one: where it
+-- starts in the program, its number and the reply's length before it.
+local ep, ee, en = 1, 0, 1
+
+-- entries decides the entries of prog from p on (numbered from e + 1),
+-- appending their replies to out after out[nout], and returns the reply's
+-- length. Per entry: its hits (hk..ta: key, requests, burst, hits, flags,
+-- lease, allowed, retry, the two remaining/reset pairs), its keys in order
+-- of first hit (ek, with mark[k] = the entry's number), and per key the
+-- growth (inc, dec, odi: the largest overdraw hits), the lease asked and the
+-- key's first hit. It records each entry's start (ep, ee, en) before
+-- deciding it, so that run can make an error the entry raises that entry's
+-- reply alone and go on with the next.
+local function entries(KEYS, prog, p, e, nout)
+  local plen = #prog
   while p <= plen do
     e = e + 1
+    ep, ee, en = p, e, nout
     local kind, count
-    kind, count, p = sunpack('<BB', prog, p)
+    kind, count, p = sunpack('<BH', prog, p)
     local full, leased = kind % 32 >= 16, kind >= 32
     kind = kind % 16
     if kind == 3 then
@@ -1373,6 +1344,83 @@ local function run(KEYS, ARGV)
         end
       end
     end
+  end
+  return nout
+end
+
+-- failed returns the reply of the entry at p in prog that raised err, and
+-- where the next entry starts: '<BH' 255 (an apply or check) or '<dH' -2 (an
+-- undo) and the length of the message, then the message (at most 200
+-- bytes).
+local function failed(prog, p, err)
+  if type(err) == 'table' then
+    err = err.err -- a Redis error reply
+  end
+  local msg = sub(tostring(err), 1, 200)
+  local kind, count = sunpack('<BH', prog, p)
+  if kind == 3 then
+    return spack('<dH', -2, #msg) .. msg, p + 13 + 18 * count
+  end
+  return spack('<BH', 255, #msg) .. msg, p + 3 + 35 * count
+end
+
+------------------------------------------------------------------------------
+-- run decides one batch (see the header).
+local function run(KEYS, ARGV)
+  if not spack then
+    spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
+    fmt, sub, byte = string.format, string.sub, string.byte
+    SUBZERO = string.rep('\0', 8 * 64)
+  end
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+  else
+    -- Needed before writing after a non-deterministic command on Redis < 5;
+    -- a no-op (deprecated) on 7.
+    if redis.replicate_commands then
+      redis.replicate_commands()
+    end
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  end
+  local nk, specs, prog = #KEYS, ARGV[2], ARGV[3]
+  for k = 1, nk do
+    KA[k], ox[k], dirty[k], mark[k] = 0, 0, 0, 0
+  end
+  local p = 1
+  for k = 1, nk do
+    local a, w, N
+    a, w, N, p = sunpack('<BdB', specs, p)
+    if a ~= MARKER then
+      local A = ALG[a]
+      if not A then
+        error('sluice: unknown algorithm ' .. a)
+      end
+      if A.sub and N > 1 then
+        A = A.sub
+      elseif A.oldest then
+        N = 1
+      end
+      KA[k], KW[k], KN[k] = A, w, N
+    end
+  end
+  prefetch(KEYS, nk)
+  -- An entry that raises an error (none should: the caller checks each
+  -- entry's layout) gets that error as its reply, and the others are
+  -- decided as if it were not there: the entries run under one pcall,
+  -- resumed after the entry that failed (a pcall per entry costs every
+  -- decision). The reply is out[1..nout].
+  out[1] = spack('<d', now)
+  local e, nout = 0, 1
+  p = 1
+  while true do
+    local done, n = pcall(entries, KEYS, prog, p, e, nout)
+    if done then
+      nout = n
+      break
+    end
+    nout, e = en + 1, ee
+    out[nout], p = failed(prog, ep, n)
   end
   for k = 1, nk do
     if dirty[k] == true then

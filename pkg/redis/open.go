@@ -13,6 +13,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // Settings selects and tunes the Redis that Open connects to. Exactly one
@@ -273,4 +275,51 @@ func Redacted(rawURL string) string {
 		return rawURL // a user name only
 	}
 	return rawURL[:start+colon+1] + "xxxxx" + rawURL[at:]
+}
+
+// Ready prepares the Store to answer at once: it opens the connection pool
+// of every master (PoolSize connections each, or go-redis's default) and
+// loads the limiter library (Warm). It returns nil only when all of it
+// succeeded, and an error wrapping limiter.ErrStoreUnavailable otherwise;
+// it may be called again after an error. A readiness check that waits for
+// it keeps a new instance out of a load balancer until its decisions need
+// no dial: under load, a first call that dials inside its CallTimeout times
+// out, and the node counts as stalled until a PING answers. It is safe for
+// concurrent use; each call takes at most about PingTimeout.
+func (s *Store) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	var err error
+	switch c := s.c.(type) {
+	case *goredis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return openPool(ctx, n) })
+	case *goredis.Client:
+		err = openPool(ctx, c)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: open redis connections: %w", limiter.ErrStoreUnavailable, err)
+	}
+	return s.Warm(ctx)
+}
+
+// openPool dials the connections of c's pool that are not open yet and
+// leaves them idle in the pool. It dials one after another: go-redis's
+// connection handshake is not safe for concurrent use through several
+// Conns of one client (the race detector finds it), and a dial is a few
+// round trips, so a pool of 20 opens within milliseconds.
+func openPool(ctx context.Context, c *goredis.Client) error {
+	conns := make([]*goredis.Conn, 0, c.Options().PoolSize)
+	defer func() {
+		for _, cn := range conns {
+			cn.Close() // back to the pool, open
+		}
+	}()
+	for range cap(conns) {
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err := cn.Ping(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

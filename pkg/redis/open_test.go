@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -343,5 +344,48 @@ func TestClientLogger(t *testing.T) {
 	}
 	if n := openedLogs.FilterLoggerName("redis.go-redis").Len(); n != 0 {
 		t.Errorf("Open's logger got %d go-redis messages, want none (Open must not set go-redis's global logger)", n)
+	}
+}
+
+// TestReadyOpensThePool: Ready opens every connection of the pool and loads
+// the library, so that the decisions after it dial nothing; against a Redis
+// that is down it returns an error wrapping ErrStoreUnavailable.
+func TestReadyOpensThePool(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Addr(t)
+	s, err := Open(Settings{URL: "redis://" + addr, PoolSize: 7, Prefix: redistest.Prefix(t.Name())}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := s.c.(interface{ PoolStats() *goredis.PoolStats })
+	if err := s.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready = %v", err)
+	}
+	if st := c.PoolStats(); st.TotalConns != 7 || st.IdleConns != 7 {
+		t.Errorf("after Ready: %d connections, %d idle; want the pool's 7, all idle", st.TotalConns, st.IdleConns)
+	}
+	if s.caller.mode.Load() == modeUnknown {
+		t.Error("after Ready the library is not loaded")
+	}
+	misses := c.PoolStats().Misses
+	res, err := s.Apply(context.Background(), []limiter.Hit{perMinute(redistest.Prefix(t.Name())+"k", 2)})
+	if err != nil || !res[0].Allowed {
+		t.Fatalf("Apply after Ready = %v, %v", res, err)
+	}
+	if st := c.PoolStats(); st.Misses != misses || st.TotalConns != 7 {
+		t.Errorf("Apply after Ready dialed: %+v", st)
+	}
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := ln.Addr().String()
+	ln.Close()
+	d, err := Open(Settings{URL: "redis://" + down}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Ready(context.Background()); !errors.Is(err, limiter.ErrStoreUnavailable) {
+		t.Errorf("Ready with Redis down = %v, want ErrStoreUnavailable", err)
 	}
 }

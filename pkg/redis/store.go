@@ -97,8 +97,9 @@ type Options struct {
 // without a round trip until they run out or their window (sub-window) ends,
 // so the fleet never admits more than the limit. A lease's Result reports
 // Remaining as of its grant, less what this Store spent since. Permits not
-// spent are lost to the other instances until they are given back, within
-// about a second after their (sub-)window ends, or at Close; a lease whose
+// spent are lost to the other instances until they are given back: one to
+// two seconds after this Store last spent one (whatever the window's
+// length) or after their (sub-)window ends, or at Close; a lease whose
 // call failed after Redis ran it (a deadline passed) leaves its permits
 // counted until their window passes: fewer admitted, never more.
 //

@@ -50,7 +50,9 @@ func latin1Escape(body []byte) []byte {
 // RateLimitResponse in protojson with status 200 (OK) or 429 (OVER_LIMIT),
 // and the response_headers_to_add as HTTP headers.
 // Errors: 405 for a method other than POST, 413 for a body over MaxJSONBytes,
-// 400 for a body that is not a RateLimitRequest or is INVALID_ARGUMENT, 503
+// 400 for a body that is not a RateLimitRequest or is INVALID_ARGUMENT, or
+// (unless Options.JSONHitsAddend) that refunds or sends a hits_addend above
+// 1, 503
 // when the store fails under FailureModeError; the body then holds the
 // message as text.
 func (s *Service) JSONHandler() http.Handler {
@@ -73,6 +75,10 @@ func (s *Service) JSONHandler() http.Handler {
 		var req rlsv3.RateLimitRequest
 		if err := jsonUnmarshal.Unmarshal(latin1Escape(body), &req); err != nil {
 			http.Error(w, "request body is not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if msg := s.jsonUsage(&req); msg != "" {
+			http.Error(w, msg, http.StatusBadRequest)
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)
@@ -108,4 +114,37 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		w.Write(out)
 	})
+}
+
+// jsonUsage returns why /json refuses req, naming the field, when req
+// refunds (is_negative_hits) or adds more than one hit and
+// Options.JSONHitsAddend is off; "" when it may be decided. A hits_addend
+// of 0 (a check) or 1 counts as a plain request does.
+func (s *Service) jsonUsage(req *rlsv3.RateLimitRequest) string {
+	if s.opts.JSONHitsAddend {
+		return ""
+	}
+	field := ""
+	if n := req.GetHitsAddend(); n > 1 {
+		field = fmt.Sprintf("hits_addend %d", n)
+	}
+	for i, d := range req.GetDescriptors() {
+		if field != "" {
+			break
+		}
+		switch {
+		case d.GetIsNegativeHits():
+			field = fmt.Sprintf("descriptors[%d].is_negative_hits", i)
+		case d.GetHitsAddend().GetValue() > 1:
+			field = fmt.Sprintf("descriptors[%d].hits_addend %d", i, d.GetHitsAddend().GetValue())
+		}
+	}
+	if field == "" {
+		return ""
+	}
+	msg := field + ": /json refuses refunds and hits_addend above 1, since the HTTP port is reached by more than Envoy"
+	if s.opts.JSONHitsAddendSetting != "" {
+		msg += " (" + s.opts.JSONHitsAddendSetting + " allows them)"
+	}
+	return msg
 }

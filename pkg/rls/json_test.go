@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,44 @@ func TestJSONAcceptsWhatGRPCAccepts(t *testing.T) {
 			code, body := post(tc.body)
 			if code != tc.code || !strings.Contains(body, tc.contains) {
 				t.Errorf("POST /json = %d %s, want %d containing %s", code, body, tc.code, tc.contains)
+			}
+		})
+	}
+}
+
+// TestJSONRefusesUsageUnlessAllowed: by default /json refuses a refund and
+// a hits_addend above 1 with 400 naming the field and the setting, and
+// counts nothing for them; a check (0) and one hit are decided; with
+// JSONHitsAddend both are decided as gRPC decides them.
+func TestJSONRefusesUsageUnlessAllowed(t *testing.T) {
+	handlers := map[bool]http.Handler{}
+	for _, allow := range []bool{false, true} {
+		s, _ := newTestService(t, Options{JSONHitsAddend: allow, JSONHitsAddendSetting: "--json-hits-addend"})
+		handlers[allow] = s.JSONHandler()
+	}
+	const one = `{"domain":"test","descriptors":[{"entries":[{"key":"api_key","value":"%s"}]%s}]%s}`
+	for _, tc := range []struct {
+		name     string
+		allow    bool
+		body     string
+		code     int
+		contains string
+	}{
+		{"refund", false, fmt.Sprintf(one, "r", `,"is_negative_hits":true,"hits_addend":3`, ""), 400,
+			"descriptors[0].is_negative_hits: /json refuses refunds and hits_addend above 1, since the HTTP port is reached by more than Envoy (--json-hits-addend allows them)"},
+		{"descriptor hits_addend 2", false, fmt.Sprintf(one, "d", `,"hits_addend":2`, ""), 400, "descriptors[0].hits_addend 2: /json refuses"},
+		{"request hits_addend 3", false, fmt.Sprintf(one, "q", "", `,"hits_addend":3`), 400, "hits_addend 3: /json refuses"},
+		{"the counter refused ones left alone", false, fmt.Sprintf(one, "d", "", ""), 200, `"limitRemaining":2`},
+		{"check", false, fmt.Sprintf(one, "c", `,"hits_addend":0`, ""), 200, `"limitRemaining":3`},
+		{"one hit", false, fmt.Sprintf(one, "o", `,"hits_addend":1`, `,"hits_addend":1`), 200, `"limitRemaining":2`},
+		{"allowed: two hits", true, fmt.Sprintf(one, "a", `,"hits_addend":2`, ""), 200, `"limitRemaining":1`},
+		{"allowed: refund", true, fmt.Sprintf(one, "a", `,"is_negative_hits":true,"hits_addend":1`, ""), 200, `"limitRemaining":2`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			handlers[tc.allow].ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(tc.body)))
+			if body := rec.Body.String(); rec.Code != tc.code || !strings.Contains(body, tc.contains) {
+				t.Errorf("POST /json %s = %d %s, want %d containing %s", tc.body, rec.Code, body, tc.code, tc.contains)
 			}
 		})
 	}

@@ -60,6 +60,14 @@ type Options struct {
 	// request over them gets INVALID_ARGUMENT and touches no counter. Zero
 	// means the Default constants.
 	MaxDescriptors, MaxEntries, MaxKeyBytes int
+	// JSONHitsAddend lets POST /json (JSONHandler) refund hits
+	// (is_negative_hits) and send a hits_addend above 1, as gRPC may.
+	// False, such a request is refused with 400: the HTTP port is reached
+	// by far more than Envoy (kubelets, Prometheus), and either field lets
+	// its sender reset or drain any counter. JSONHitsAddendSetting names the
+	// setting that turns it on, for that 400's message.
+	JSONHitsAddend        bool
+	JSONHitsAddendSetting string
 }
 
 // Service answers ShouldRateLimit calls: it validates and converts Envoy's
@@ -275,10 +283,13 @@ func newResponse(n int, withHeaders bool) (*rlsv3.RateLimitResponse, responseMem
 	return resp, m
 }
 
-// setDuration sets dp to d, as durationpb.New does, and returns it.
+// setDuration sets dp to d rounded up to whole seconds, and returns it.
+// Envoy truncates duration_until_reset to whole seconds for its
+// x-ratelimit-reset header, so a fraction would promise the reset too
+// early; envoyproxy/ratelimit's are whole seconds too, and the RateLimit
+// header's t and Retry-After round up the same way (ceilSeconds).
 func setDuration(dp *durationpb.Duration, d time.Duration) *durationpb.Duration {
-	nanos := d.Nanoseconds()
-	dp.Seconds, dp.Nanos = nanos/1e9, int32(nanos%1e9)
+	dp.Seconds, dp.Nanos = ceilSeconds(d), 0
 	return dp
 }
 

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sluicehq/sluice/internal/shortval"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
@@ -37,6 +38,13 @@ const (
 	// response before the Client warns (a node id the server has no
 	// snapshot for gets none, ever).
 	noConfigWarnAfter = 30 * time.Second
+	// MaxVersionBytes bounds a version_info where the Client shows it: in
+	// Status, its log lines and the sluice_xds_config_info label. A server
+	// may send any length (a 3 MB one was seen), and every log line and
+	// scrape would carry it whole; a longer one shows as its start and a
+	// hash of the whole (internal/shortval), so that versions stay distinct.
+	// The protocol's requests carry it whole.
+	MaxVersionBytes = 64
 	// maxErrorDetail bounds the error_detail message of a NACK, in bytes.
 	maxErrorDetail = 16 << 10
 	// keepaliveTime is how long a stream may be silent before the Client
@@ -91,10 +99,11 @@ type Status struct {
 	// Connected reports that a stream to the server is open.
 	Connected bool `json:"connected"`
 	// Version is the version_info of the config in force (the last
-	// response ACKed); "" before the first.
+	// response ACKed), shortened to at most MaxVersionBytes; "" before the
+	// first.
 	Version string `json:"version,omitempty"`
-	// RefusedVersion is the version_info of the last response NACKed, ""
-	// when none was refused since the last ACK.
+	// RefusedVersion is the version_info of the last response NACKed,
+	// shortened as Version, "" when none was refused since the last ACK.
 	RefusedVersion string `json:"refused_version,omitempty"`
 }
 
@@ -105,8 +114,9 @@ type Client struct {
 	opts Options
 	log  *zap.Logger
 
-	mu     sync.Mutex
-	status Status
+	mu      sync.Mutex
+	status  Status
+	inForce string // the whole version_info of the config in force, for requests
 
 	// Owned by Run's goroutine.
 	last      outcome // of the last response built
@@ -202,13 +212,13 @@ func (c *Client) session(ctx context.Context, deliver func(*descriptors.Config, 
 	}
 	// The first request names the node and the version in force, so that
 	// a server that still has it need not send it again.
-	first := &discoveryv3.DiscoveryRequest{Node: c.opts.Node, TypeUrl: TypeURL, VersionInfo: c.Status().Version}
+	first := &discoveryv3.DiscoveryRequest{Node: c.opts.Node, TypeUrl: TypeURL, VersionInfo: c.versionInForce()}
 	if err := stream.Send(first); err != nil {
 		return false, fmt.Errorf("send first request: %w", err)
 	}
 	c.setConnected(true)
 	c.opts.Metrics.count(streams)
-	c.log.Info("xds stream open", zap.String("version", first.VersionInfo))
+	c.log.Info("xds stream open", zap.String("version", shortVersion(first.VersionInfo)))
 	warn := time.AfterFunc(noConfigWarnAfter, func() {
 		c.log.Warn("xds server has sent no config yet; does it serve this node id?", zap.Duration("waited", noConfigWarnAfter))
 	})
@@ -296,7 +306,7 @@ func (c *Client) repeat(ctx context.Context, s stream, resp *discoveryv3.Discove
 	c.resends++
 	if now := time.Now(); now.Sub(c.resendLog) >= resendLogEvery {
 		c.log.Warn("xds server sent a refused config again; refused again without a new build (logged at most once a minute)",
-			zap.String("version", resp.GetVersionInfo()), zap.Int("times", c.resends))
+			zap.String("version", shortVersion(resp.GetVersionInfo())), zap.Int("times", c.resends))
 		c.resends, c.resendLog = 0, now
 	}
 	if loop {
@@ -321,7 +331,7 @@ func (c *Client) ack(s stream, resp *discoveryv3.DiscoveryResponse) error {
 // the version in force, as the xDS protocol asks.
 func (c *Client) nack(s stream, resp *discoveryv3.DiscoveryResponse, err error) error {
 	c.opts.Metrics.count(nacks)
-	return s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, VersionInfo: c.Status().Version, ResponseNonce: resp.GetNonce(),
+	return s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, VersionInfo: c.versionInForce(), ResponseNonce: resp.GetNonce(),
 		ErrorDetail: &statuspb.Status{Code: int32(codes.InvalidArgument), Message: errorDetail(err)}})
 }
 
@@ -370,15 +380,34 @@ func (c *Client) setConnected(up bool) {
 
 // setVersion records the version in force.
 func (c *Client) setVersion(v string) {
+	short := shortVersion(v)
 	c.mu.Lock()
-	c.status.Version, c.status.RefusedVersion = v, ""
+	c.inForce = v
+	c.status.Version, c.status.RefusedVersion = short, ""
 	c.mu.Unlock()
-	c.opts.Metrics.setVersion(v)
+	c.opts.Metrics.setVersion(short)
+}
+
+// versionInForce is the whole version_info of the config in force, which
+// the protocol's requests name.
+func (c *Client) versionInForce() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inForce
 }
 
 // setRefused records the version last refused.
 func (c *Client) setRefused(v string) {
+	short := shortVersion(v)
 	c.mu.Lock()
-	c.status.RefusedVersion = v
+	c.status.RefusedVersion = short
 	c.mu.Unlock()
+}
+
+// shortVersion is v as the Client shows it: at most MaxVersionBytes.
+func shortVersion(v string) string {
+	if len(v) <= MaxVersionBytes {
+		return v
+	}
+	return string(shortval.Append(nil, v, MaxVersionBytes))
 }

@@ -414,9 +414,12 @@ func (p *testPKI) write(t *testing.T, name, typ string, der []byte) {
 // variables alone: every file below RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
 // RUNTIME_APPDIRECTORY, whatever its extension, subdirectories and (with
 // RUNTIME_IGNOREDOTFILES=false, the peer's default) dotfiles included, a
-// ConfigMap's ..data never loaded twice; on the in-memory store (no
-// REDIS_URL).
+// ConfigMap's ..data never loaded twice; on a Redis at a unix socket
+// path (REDIS_URL as a path, the peer's default socket type). With the
+// peer's settings and no REDIS_URL Sluice dials the peer's default socket,
+// so this test, which once relied on the in-memory store then, gives one.
 func TestPeerRuntimeLayout(t *testing.T) {
+	_, socket := redistest.StartUnix(t)
 	root := t.TempDir()
 	dir := filepath.Join(root, "rl", "rules")
 	if err := os.MkdirAll(filepath.Join(dir, "team"), 0o755); err != nil {
@@ -431,7 +434,7 @@ func TestPeerRuntimeLayout(t *testing.T) {
 	}
 	cmd := exec.Command(binary)
 	cmd.Env = []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_APPDIRECTORY=rules", "RUNTIME_IGNOREDOTFILES=false",
-		"PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_PORT=0", "LOG_FORMAT=json"}
+		"PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_PORT=0", "LOG_FORMAT=json", "REDIS_URL=" + socket}
 	s := startCmd(t, cmd)
 	code, body := httpGet(t, "http://"+loopback(t, s.HTTPAddr)+"/config")
 	var cfg struct{ Domains []string }

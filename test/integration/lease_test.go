@@ -112,3 +112,45 @@ func TestLeaseMixedHitsKeepsEveryPermit(t *testing.T) {
 			got, admitted, int64(got)-int64(admitted))
 	}
 }
+
+// TestLeaseQuietInstanceGivesBack: an instance hot on two counters of an
+// hour (fixed_window, and sliding_window of one sub-window: the window
+// that counts leased permits is the whole hour) goes quiet. Its unspent
+// permits must go back about a second after it stopped spending them, not
+// when the hour ends: 3 s later each counter holds exactly the admitted
+// requests, without a shutdown. Before the idle give-back the counters
+// held the instance's unspent permits for the rest of the hour.
+func TestLeaseQuietInstanceGivesBack(t *testing.T) {
+	addr := redistest.Addr(t)
+	dir := t.TempDir()
+	writeConfig(t, dir, "domain: quiet\ndescriptors:\n"+
+		"  - key: fixed\n    rate_limit: {unit: hour, algorithm: fixed_window, requests_per_unit: 1000000}\n"+
+		"  - key: sliding\n    rate_limit: {unit: hour, sub_windows: 1, requests_per_unit: 1000000}\n")
+	prefix := redistest.Prefix(t.Name())
+	ss := startFleet(t, 1, addr, prefix, dir, "--store-timeout", "1s") // no call fails on a loaded host
+	for _, kv := range [][]string{{"fixed", "f"}, {"sliding", "s"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+		ok, _, errs := tallyAnswers(hammer(ctx, ss, "quiet", kv, 8, 0))
+		cancel()
+		if errs > 0 {
+			t.Fatalf("%s: %d calls failed; the load is too heavy for this host", kv[0], errs)
+		}
+		key := keyHolding(t, []string{addr}, prefix, kv[0])
+		var extra []int64
+		for s := range 4 {
+			if s > 0 {
+				time.Sleep(time.Second)
+			}
+			extra = append(extra, int64(counted(t, []string{addr}, key))-int64(ok))
+		}
+		t.Logf("%s: %d admitted in 2.5 s; hits counted beyond them 0, 1, 2, 3 s after the instance went quiet: %v",
+			kv[0], ok, extra)
+		if extra[0] == 0 {
+			t.Fatalf("%s: no permits held when the instance went quiet: the run leased nothing", kv[0])
+		}
+		if extra[3] != 0 {
+			t.Errorf("%s: the counter holds %d hits beyond the %d admitted 3 s after the instance went quiet, want 0 (unspent permits given back)",
+				kv[0], extra[3], ok)
+		}
+	}
+}

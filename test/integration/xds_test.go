@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/shortval"
 	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
@@ -206,4 +208,50 @@ func readEG(t *testing.T, name string) []*rlsconfv3.RateLimitConfig {
 		t.Fatal(err)
 	}
 	return rcs
+}
+
+// TestXDSLongVersionInfo: a 3 MB version_info is ACKed with the whole
+// version (the protocol's), but where Sluice shows it (the
+// sluice_xds_config_info label, /config, /ui/api, every log line) it is
+// at most 64 bytes: its start, "…#" and a hash of the whole.
+func TestXDSLongVersionInfo(t *testing.T) {
+	pki := xdstest.NewPKI(t)
+	xds := xdstest.Start(t, pki)
+	s, client := runEGXDS(t, xds, pki, redistest.Start(t).Addr(), nil)
+	if !xds.WaitFor(10*time.Second, func() bool { return len(xds.Streams()) == 1 }) {
+		t.Fatalf("no stream: %+v\n%s", xds.Streams(), s.Log())
+	}
+	version := "v7-" + strings.Repeat("x", 3<<20)
+	rcs := readEG(t, "multiple-shared-and-unshared.yaml")
+	xds.Set(xdstest.NodeID, version, rcs...)
+	if r := xds.WaitReply(version, 10*time.Second); !r.ACK || r.RequestVersion != version {
+		t.Fatalf("ACK of the 3 MB version: ACK %v, version of %d bytes; want the whole version ACKed\n%.2000s", r.ACK, len(r.RequestVersion), s.Log())
+	}
+	checkFivePerSecond(t, client, rcs)
+	short := string(shortval.Append(nil, version, 64))
+	base := "http://" + loopback(t, s.HTTPAddr)
+	_, metrics := httpGet(t, base+"/metrics")
+	if want := `sluice_xds_config_info{version="` + short + `"} 1`; !strings.Contains(metrics, want) || len(metrics) > 1<<20 {
+		t.Errorf("/metrics (%d bytes) lacks %q", len(metrics), want)
+	}
+	var cfg struct {
+		Source struct {
+			Version string `json:"version"`
+		} `json:"source"`
+	}
+	_, body := httpGet(t, base+"/config")
+	if err := json.Unmarshal([]byte(body), &cfg); err != nil || cfg.Source.Version != short {
+		t.Errorf("/config source.version = %.100q (%v), want %q", cfg.Source.Version, err, short)
+	}
+	if _, ui := httpGet(t, base+"/ui/api"); len(ui) > 1<<20 || !strings.Contains(ui, short) {
+		t.Errorf("/ui/api is %d bytes, want it to show %q", len(ui), short)
+	}
+	for _, line := range strings.Split(s.Log(), "\n") {
+		if len(line) > 4096 {
+			t.Errorf("a log line of %d bytes: %.200s", len(line), line)
+		}
+	}
+	if !strings.Contains(s.Log(), short) {
+		t.Errorf("no log line names the version as %q:\n%s", short, s.Log())
+	}
 }
