@@ -104,11 +104,8 @@ func cmdline(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
 }
 
-// secretFlags are the settings whose whole value is a secret.
-var secretFlags = map[string]bool{"redis-sentinel-auth": true, "xds-headers": true}
-
 // redactArgs returns args with the secrets they hold replaced: the value of
-// a secret flag (secretFlags) by "(set)", the password of a URL (in
+// a secret flag (settings.IsSecret) by "(set)", the password of a URL (in
 // --redis-url, or any argument holding "://") by "xxxxx".
 func redactArgs(args []string) []string {
 	out := make([]string, len(args))
@@ -117,7 +114,7 @@ func redactArgs(args []string) []string {
 		switch name, v, hasV := strings.Cut(strings.TrimLeft(a, "-"), "="); {
 		case secretNext:
 			out[i], secretNext = "(set)", false
-		case strings.HasPrefix(a, "-") && secretFlags[name]:
+		case strings.HasPrefix(a, "-") && settings.IsSecret(name):
 			out[i], secretNext = a, !hasV
 			if hasV {
 				out[i] = a[:len(a)-len(v)] + "(set)"

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/pkg/redis"
 )
 
 // envoyproxy/ratelimit's settings ("the peer's", src/settings/settings.go)
@@ -113,14 +111,7 @@ func (p *peerEnv) inForce(fs *flag.FlagSet) {
 		if f == nil {
 			continue
 		}
-		switch name {
-		case "redis-url":
-			p.final[name] = redis.Redacted(f.Value.String())
-		case "redis-sentinel-auth", "xds-headers":
-			p.final[name] = "(set)"
-		default:
-			p.final[name] = f.Value.String()
-		}
+		p.final[name] = Shown(name, f.Value.String())
 	}
 }
 
@@ -149,12 +140,7 @@ func shown(name, v string) string {
 func (p *peerEnv) applied() []string {
 	var out []string
 	for flag, v := range p.vals {
-		if flag == "redis-url" {
-			v = redis.Redacted(v)
-		}
-		if flag == "redis-sentinel-auth" || flag == "xds-headers" {
-			v = "(set)"
-		}
+		v = Shown(flag, v)
 		line := fmt.Sprintf("--%s=%s (%s)", flag, v, strings.Join(p.from[flag], ", "))
 		if by := p.over[flag]; by != "" {
 			line = fmt.Sprintf("%s: overridden by %s", strings.Join(p.from[flag], ", "), by)

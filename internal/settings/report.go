@@ -78,7 +78,7 @@ func (s *Settings) settle(fs *flag.FlagSet, given map[string][]string) {
 		if t.name == "version" || !s.sourceInUse(t.name) || v == defaults.Lookup(t.name).Value.String() {
 			continue
 		}
-		s.inForce = append(s.inForce, InForce{Name: t.name, Value: shownSetting(t.name, v), From: given[t.name]})
+		s.inForce = append(s.inForce, InForce{Name: t.name, Value: Shown(t.name, v), From: given[t.name]})
 	}
 }
 
@@ -94,16 +94,22 @@ func (s *Settings) sourceInUse(name string) bool {
 	return true
 }
 
-// shownSetting is the value v of the setting name as logs and /config may
-// show it.
-func shownSetting(name, v string) string {
-	switch name {
-	case "redis-url":
+// secrets are the settings whose whole value is a secret.
+var secrets = map[string]bool{"redis-sentinel-auth": true, "xds-headers": true}
+
+// IsSecret reports whether the whole value of the setting name (a flag's
+// name, without "--") is a secret, never to be shown.
+func IsSecret(name string) bool { return secrets[name] }
+
+// Shown is the value v of the setting name as logs, /config and the debug
+// listener may show it: "(set)" for a secret (IsSecret), a Redis URL
+// without its password.
+func Shown(name, v string) string {
+	switch {
+	case name == "redis-url":
 		return redis.Redacted(v)
-	case "redis-sentinel-auth", "xds-headers":
-		if v != "" {
-			return "(set)"
-		}
+	case IsSecret(name):
+		return "(set)"
 	}
 	return v
 }
