@@ -144,7 +144,8 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 	if h.wrapStore != nil {
 		srv.store = h.wrapStore(srv.store)
 	}
-	if err := srv.wrapOps(); err != nil { // ui.go: status page, tracing
+	srv.newStatusPage() // ui.go: the page times every store call
+	if err := srv.setUpTracing(); err != nil { // tracing.go: a span per store call
 		return nil, err
 	}
 	if err := srv.newServices(); err != nil {

@@ -25,11 +25,9 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// wrapOps wraps the store for the status page (which times every call)
-// and for tracing (a span per call), as the settings ask, and creates the
-// status page's recorder and the tracer provider.
-func (srv *server) wrapOps() error {
-	srv.newStatusPage()
+// setUpTracing creates the tracer provider the settings ask for and wraps
+// the store in a span per call; it does nothing with tracing off.
+func (srv *server) setUpTracing() error {
 	t, err := newTracing(context.Background(), &srv.set.TracingSettings, srv.hooks.exporter)
 	if err != nil {
 		return err
