@@ -144,7 +144,7 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 	if h.wrapStore != nil {
 		srv.store = h.wrapStore(srv.store)
 	}
-	srv.newStatusPage() // ui.go: the page times every store call
+	srv.newStatusPage()                        // ui.go: the page times every store call
 	if err := srv.setUpTracing(); err != nil { // tracing.go: a span per store call
 		return nil, err
 	}
@@ -610,19 +610,21 @@ func (srv *server) newQuota() error {
 	}
 	unmatched, _ := rlqs.ParseBlanket(r.Unmatched)
 	srv.quota = rlqs.New(rlqs.Options{
-		Decider:       srv.core,
-		Store:         srv.shares,
-		Logger:        srv.log.Named("rlqs"),
-		Metrics:       m,
-		AssignmentTTL: r.AssignmentTTL,
-		Burst:         r.Burst,
-		IdleAfter:     r.Idle,
-		Unmatched:     unmatched,
-		FailureMode:   s.Failure(),
-		ShadowMode:    s.ShadowMode,
-		MaxBuckets:    r.MaxBuckets,
-		MaxEntries:    s.MaxEntries,
-		MaxKeyBytes:   s.MaxKeyBytes,
+		Decider:         srv.core,
+		Store:           srv.shares,
+		Logger:          srv.log.Named("rlqs"),
+		Metrics:         m,
+		AssignmentTTL:   r.AssignmentTTL,
+		Burst:           r.Burst,
+		IdleAfter:       r.Idle,
+		Unmatched:       unmatched,
+		FailureMode:     s.Failure(),
+		ShadowMode:      s.ShadowMode,
+		MaxBuckets:      r.MaxBuckets,
+		MaxTotalBuckets: r.MaxTotalBuckets,
+		MaxStreams:      r.MaxStreams,
+		MaxEntries:      s.MaxEntries,
+		MaxKeyBytes:     s.MaxKeyBytes,
 	})
 	return nil
 }

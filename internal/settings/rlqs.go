@@ -15,6 +15,10 @@ type RLQSSettings struct {
 	Idle          time.Duration
 	Unmatched     string
 	MaxBuckets    int
+	// MaxTotalBuckets and MaxStreams bound the quota service's memory
+	// whatever the number of Envoys.
+	MaxTotalBuckets int
+	MaxStreams      int
 }
 
 // table lists the quota service's flags, appended to the settings table.
@@ -25,6 +29,8 @@ func (r *RLQSSettings) table() []setting {
 		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long", "1m", &r.Idle},
 		{"rlqs-unmatched", "quota streams: what a bucket matching no rule is assigned: allow (ALLOW_ALL) or deny (DENY_ALL)", "allow", &r.Unmatched},
 		{"rlqs-max-buckets", "quota streams: most buckets tracked per stream; the rest are answered by the failure mode", "10000", &r.MaxBuckets},
+		{"rlqs-max-total-buckets", "quota streams: most buckets tracked by all streams together (about 1.1 KB each); new ones past it are answered by the failure mode", "50000", &r.MaxTotalBuckets},
+		{"rlqs-max-streams", "quota streams: most streams open at once (about 30 KB each); one past it ends with RESOURCE_EXHAUSTED", "500", &r.MaxStreams},
 	}
 }
 
@@ -44,6 +50,12 @@ func (r *RLQSSettings) validate() error {
 	}
 	if r.MaxBuckets < 1 {
 		return fmt.Errorf("--rlqs-max-buckets: %d must be at least 1", r.MaxBuckets)
+	}
+	if r.MaxTotalBuckets < 1 {
+		return fmt.Errorf("--rlqs-max-total-buckets: %d must be at least 1", r.MaxTotalBuckets)
+	}
+	if r.MaxStreams < 1 {
+		return fmt.Errorf("--rlqs-max-streams: %d must be at least 1", r.MaxStreams)
 	}
 	return nil
 }

@@ -44,6 +44,12 @@ type Claim struct {
 	// Demand is the holder's recent demand, in thousandths of a hit per
 	// Window (1000 = one hit per window), at most MaxDemand.
 	Demand uint64
+	// Keep is the share the holder still needs reserved because it handed
+	// out that much that is live until its Hold passes (pkg/rlqs: the
+	// assignments of buckets not in the report claiming). Divide never lowers
+	// the holder's share below Keep, nor raises it to Keep. At most
+	// MaxShared; 0 keeps nothing.
+	Keep uint64
 	// Hold is how long the store keeps the holder's share reserved without
 	// another claim from it: after that the share is reclaimed for the
 	// others. A positive whole number of milliseconds.
@@ -52,7 +58,7 @@ type Claim struct {
 
 // Validate returns an error naming the field when c cannot be divided: an
 // empty Holder, a Window or Hold that is not a positive whole number of
-// milliseconds, a Demand over MaxDemand or a Limit over MaxShared.
+// milliseconds, a Demand over MaxDemand or a Limit or Keep over MaxShared.
 func (c *Claim) Validate() error {
 	switch {
 	case c.Holder == "":
@@ -65,6 +71,8 @@ func (c *Claim) Validate() error {
 		return fmt.Errorf("limiter: demand: %d is over the maximum %d", c.Demand, uint64(MaxDemand))
 	case c.Limit > MaxShared:
 		return fmt.Errorf("limiter: limit: %d is over the maximum %d", c.Limit, uint64(MaxShared))
+	case c.Keep > MaxShared:
+		return fmt.Errorf("limiter: keep: %d is over the maximum %d", c.Keep, uint64(MaxShared))
 	}
 	return nil
 }
@@ -104,7 +112,11 @@ type Holding struct {
 // target, except that it keeps its current share when that is within 10% of
 // the target (so Envoy keeps its token bucket instead of starting a new one)
 // and either below the target or leaving every other holder room for its
-// own target; and it never takes more than the other holders leave free:
+// own target (but a holder that keeps some, Keep above 0, gets a larger
+// target at once: the part it keeps serves none of its new demand); it is
+// at least the smaller of Keep and its current share, so
+// that what the holder handed out stays covered while it is live; and it
+// never takes more than the other holders leave free:
 // shares always add up to at most the Limit, and a holder whose target grows
 // gets the rest once the others shrink, at their next claims. Divide
 // computes in float64 in the operation order of the Redis twin (pkg/redis
@@ -142,9 +154,10 @@ func Divide(held map[string]Holding, c Claim, nowMs int64) (Share, map[string]Ho
 		free = c.Limit - others
 	}
 	next := target
-	if absDiff(target, cur)*10 <= cur && (cur < target || cur+need <= c.Limit) {
+	if absDiff(target, cur)*10 <= cur && (cur < target || cur+need <= c.Limit) && (c.Keep == 0 || cur >= target) {
 		next = cur
 	}
+	next = max(next, min(c.Keep, cur))
 	next = min(next, free)
 	held[c.Holder] = Holding{Share: next, Demand: c.Demand, Expires: nowMs + c.Hold.Milliseconds()}
 	return Share{Requests: next, Holders: n, Demand: total}, held

@@ -113,7 +113,7 @@ func (s *Shares) Share(ctx context.Context, claims []limiter.Claim) ([]limiter.S
 	args := make([][]any, len(claims))
 	for i, c := range claims {
 		keys[i] = []string{shareKey(s.prefix, c.Key, c.Window)}
-		args[i] = []any{c.Holder, c.Limit, c.Demand, c.Hold.Milliseconds(), now}
+		args[i] = []any{c.Holder, c.Limit, c.Demand, c.Hold.Milliseconds(), now, c.Keep}
 	}
 	cmds, err := s.run(ctx, keys, args)
 	if err != nil {

@@ -8,6 +8,8 @@
 -- ARGV[3]  demand: the holder's, in thousandths of a hit per window
 -- ARGV[4]  hold: ms the holder's share stays reserved without another claim
 -- ARGV[5]  now in Unix ms, or "" to read Redis TIME (tests only pass it)
+-- ARGV[6]  keep: the share the holder still needs reserved (its share is
+--          never lowered below the smaller of keep and its current share)
 --
 -- Reply: {share, holders, total demand}.
 --
@@ -23,6 +25,7 @@ local limit = tonumber(ARGV[2])
 local demand = tonumber(ARGV[3])
 local hold = tonumber(ARGV[4])
 local now = tonumber(ARGV[5])
+local keep = tonumber(ARGV[6]) or 0
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -73,7 +76,8 @@ local target = target_of(demand)
 local free = 0
 if others < limit then free = limit - others end
 local nxt = target
-if math.abs(target - cur) * 10 <= cur and (cur < target or cur + need <= limit) then nxt = cur end
+if math.abs(target - cur) * 10 <= cur and (cur < target or cur + need <= limit) and (keep == 0 or cur >= target) then nxt = cur end
+if nxt < math.min(keep, cur) then nxt = math.min(keep, cur) end
 if nxt > free then nxt = free end
 
 redis.call('HSET', key, holder, string.format('%.0f:%.0f:%.0f', nxt, demand, expires))

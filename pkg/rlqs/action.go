@@ -68,14 +68,30 @@ func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 	case policyDeny:
 		return blanket(DenyAll)
 	}
+	parts := make([]uint64, len(b.groups))
+	deny := false
+	for i, g := range b.groups {
+		parts[i] = min(g.part(b, now), g.free(b, now))
+		deny = deny || parts[i] == 0
+	}
+	expires := now.Add(s.opts.AssignmentTTL).UnixNano()
+	if len(b.held) != len(b.groups) {
+		b.held = make([]heldPart, len(b.groups))
+	}
+	for i, g := range b.groups {
+		if deny {
+			parts[i] = 0
+		}
+		b.held[i] = heldPart{fill: parts[i], report: g.claimed, expires: expires}
+	}
+	if deny {
+		return blanket(DenyAll)
+	}
 	var fill, tokens uint64
 	var interval time.Duration
 	slowest := math.Inf(1)
-	for _, g := range b.groups {
-		part := g.part(b, now)
-		if part == 0 {
-			return blanket(DenyAll)
-		}
+	for i, g := range b.groups {
+		part := parts[i]
 		if r := float64(part) / g.claim.Window.Seconds(); r < slowest {
 			slowest, fill, interval = r, part, g.claim.Window
 		}
@@ -87,8 +103,9 @@ func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 	return tokenBucket(fill, interval, tokens)
 }
 
-// part is b's part of g's share: all of it for the group's only bucket; else
-// the buckets split it by their demand, equally when none has any.
+// part is b's fair part of g's share: all of it for the group's only
+// bucket; else the buckets split it by their demand, equally when none has
+// any. What b is assigned is also bounded by free.
 func (g *group) part(b *bucket, now time.Time) uint64 {
 	switch {
 	case g.buckets <= 1:
@@ -97,6 +114,48 @@ func (g *group) part(b *bucket, now time.Time) uint64 {
 		return min(uint64(math.Floor(float64(g.share)*b.demandRate(now)/g.rate)), g.share)
 	}
 	return g.share / uint64(g.buckets)
+}
+
+// free is what g's share leaves b once the other buckets' live assignments
+// are counted: an assignment Envoy holds admits its part until it expires,
+// whichever bucket is reported next, so a bucket reported alone (as Envoy
+// reports a new one) gets only what the others leave. A bucket of the
+// report being answered that is not answered yet does not count: the same
+// response replaces its assignment.
+func (g *group) free(b *bucket, now time.Time) uint64 {
+	held := uint64(0)
+	for _, o := range g.members {
+		if p := o.heldIn(g); o != b && p.expires > now.UnixNano() && (o.report != g.claimed || p.report == g.claimed) {
+			held += p.fill
+		}
+	}
+	if held >= g.share {
+		return 0
+	}
+	return g.share - held
+}
+
+// kept is what the live assignments of g's buckets not in report still
+// admit: the share the stream keeps reserved in the store until they
+// expire (limiter.Claim.Keep).
+func (g *group) kept(report uint64, now time.Time) uint64 {
+	held := uint64(0)
+	for _, o := range g.members {
+		if p := o.heldIn(g); o.report != report && p.expires > now.UnixNano() {
+			held += p.fill
+		}
+	}
+	return held
+}
+
+// heldIn is b's last assigned part of g's share; zero if none.
+func (b *bucket) heldIn(g *group) heldPart {
+	for i, bg := range b.groups {
+		if bg == g {
+			return b.held[i]
+		}
+	}
+	return heldPart{}
 }
 
 // capacity is the token bucket capacity of a part of g's limit: for a

@@ -49,7 +49,14 @@
 //     share that is within 10% of that (so Envoy keeps its token bucket),
 //     and never lets the shares add up to more than the limit: a holder
 //     that should grow gets what the others free at their next reports. A
-//     stream's buckets of one limit split its share by their demand.
+//     stream's buckets of one limit split its share by their demand, each
+//     bounded by what the live assignments of the others leave (Envoy
+//     enforces an assignment until it expires, and reports a new bucket
+//     alone): a new bucket gets a part of what is free, possibly nothing,
+//     until the next report holding them all rebalances. The stream's claim
+//     keeps (limiter.Claim.Keep) what the live assignments of its buckets
+//     not in the report admit, so its share never drops below them and the
+//     live assignments of all streams add up to at most the limit.
 //   - The assignment is a token bucket: share tokens per window (Envoy
 //     refills continuously, at share/window per second), holding share x
 //     Options.Burst / window (--rlqs-burst), at least 1; for a token_bucket
@@ -84,9 +91,14 @@
 //     (allow: ALLOW_ALL, deny: DENY_ALL, error: no action, so Envoy keeps
 //     its assignment until it expires and then applies its own
 //     expired_assignment_behavior). A stream with more than
-//     Options.MaxBuckets buckets (--rlqs-max-buckets) gets the same answer
-//     for the rest: bucket ids may hold values end clients choose, and
-//     refusing them would hand a client Envoy's fallback.
+//     Options.MaxBuckets buckets (--rlqs-max-buckets), or a new bucket when
+//     all streams together track Options.MaxTotalBuckets
+//     (--rlqs-max-total-buckets), gets the same answer for the rest: bucket
+//     ids may hold values end clients choose, and refusing them would hand
+//     a client Envoy's fallback. A stream opened when Options.MaxStreams
+//     (--rlqs-max-streams) are open ends at once with RESOURCE_EXHAUSTED
+//     naming the setting. With both bounds the service's memory is bounded
+//     (about 1.1 KB a bucket, 30 KB a stream).
 //   - The two protocols share config and store, not counters: a bucket and
 //     a ShouldRateLimit descriptor matching the same rule each get the whole
 //     limit. Give each protocol its own rules (or domain) when both run.

@@ -14,6 +14,7 @@ type Metrics struct {
 	reports  *prometheus.CounterVec // by gRPC code of the outcome
 	actions  *prometheus.CounterVec // by action
 	failures *prometheus.CounterVec // by failure mode
+	refused  *prometheus.CounterVec // by bound
 }
 
 // NewMetrics creates the metrics and registers them with reg. It returns the
@@ -30,8 +31,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Bucket actions sent: token_bucket, allow_all, deny_all or abandon."}, []string{"action"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rlqs_store_failures_total",
 			Help: "Reports whose shares the store could not divide, by the failure mode that answered."}, []string{"failure_mode"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rlqs_refused_total",
+			Help: "Streams refused (bound max_streams) and new buckets answered by the failure mode, untracked (max_buckets, max_total_buckets)."}, []string{"bound"}),
 	}
-	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.actions, m.failures} {
+	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.actions, m.failures, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -55,6 +58,13 @@ func (m *Metrics) streamClosed(buckets int) {
 func (m *Metrics) bucketsAdded(n int) {
 	if m != nil {
 		m.buckets.Add(float64(n))
+	}
+}
+
+// refuse counts one stream or bucket refused by bound.
+func (m *Metrics) refuse(bound string) {
+	if m != nil {
+		m.refused.WithLabelValues(bound).Inc()
 	}
 }
 

@@ -40,6 +40,7 @@ func (s *Service) handle(ctx context.Context, st *stream, r *rlqsv3.RateLimitQuo
 		b, rel := s.bucketOf(st, cfg, dom, keys[i], u.GetBucketId().GetBucket())
 		release = append(release, rel...)
 		if b != nil {
+			b.report = st.reports
 			elapsed := min(u.GetTimeElapsed().AsDuration(), s.opts.IdleAfter)
 			b.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
 		}
@@ -110,13 +111,20 @@ func (s *Service) check(usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 }
 
 // bucketOf returns the stream's bucket for key, new or known, bound to the
-// config in force; nil for a new bucket past MaxBuckets. It returns the
+// config in force; nil for a new bucket past MaxBuckets or MaxTotalBuckets. It returns the
 // claims its rebinding leaves unused.
 func (s *Service) bucketOf(st *stream, cfg *descriptors.Config, dom *descriptors.Domain, key string, id map[string]string) (*bucket, []limiter.Claim) {
 	b := st.buckets[key]
 	if b == nil {
 		if len(st.buckets) >= s.opts.MaxBuckets {
+			s.opts.Metrics.refuse("max_buckets")
 			s.degraded("a stream reports more buckets than --rlqs-max-buckets; the rest are answered by failure mode", dom.Name, nil)
+			return nil, nil
+		}
+		if s.buckets.Add(1) > int64(s.opts.MaxTotalBuckets) {
+			s.buckets.Add(-1)
+			s.opts.Metrics.refuse("max_total_buckets")
+			s.degraded("quota streams track --rlqs-max-total-buckets buckets in all; new ones are answered by failure mode", dom.Name, nil)
 			return nil, nil
 		}
 		b = &bucket{}
@@ -143,7 +151,8 @@ func (s *Service) noteInterval(st *stream, now time.Time) {
 
 // share claims, in one Store call, the shares of the groups that the
 // report's buckets count in, each with the demand of all the stream's
-// buckets in it, in thousandths of a hit per window.
+// buckets in it, in thousandths of a hit per window, and what the live
+// assignments of its buckets not in the report still admit (Keep).
 func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now time.Time) error {
 	var touched []*group
 	for _, b := range seen {
@@ -167,6 +176,7 @@ func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now tim
 	claims := make([]limiter.Claim, len(touched))
 	for i, g := range touched {
 		g.claim.Demand = uint64(min(math.Round(g.rate*g.claim.Window.Seconds()*1000), limiter.MaxDemand))
+		g.claim.Keep = min(g.kept(st.reports, now), g.claim.Limit)
 		claims[i] = g.claim
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
@@ -192,6 +202,7 @@ func (s *Service) forget(st *stream, now time.Time) []limiter.Claim {
 	for k, b := range st.buckets {
 		if b.abandon || now.Sub(b.seen) >= s.opts.IdleAfter {
 			delete(st.buckets, k)
+			s.buckets.Add(-1)
 			s.opts.Metrics.bucketsAdded(-1)
 			release = append(release, st.regroup(b, nil)...)
 		}

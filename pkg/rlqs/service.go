@@ -34,6 +34,12 @@ const (
 	DefaultIdleAfter = time.Minute
 	// DefaultMaxBuckets is Options.MaxBuckets when zero.
 	DefaultMaxBuckets = 10000
+	// DefaultMaxTotalBuckets is Options.MaxTotalBuckets when zero: at about
+	// 1.1 KB of live heap a bucket (TestBucketMemory), about 55 MB.
+	DefaultMaxTotalBuckets = 50000
+	// DefaultMaxStreams is Options.MaxStreams when zero: at about 30 KB a
+	// stream (TestStreamMemory), about 15 MB.
+	DefaultMaxStreams = 500
 	// DefaultMaxEntries is Options.MaxEntries when zero (as pkg/rls's).
 	DefaultMaxEntries = 32
 	// DefaultMaxKeyBytes is Options.MaxKeyBytes when zero (as pkg/rls's).
@@ -132,6 +138,15 @@ type Options struct {
 	// answered as a store failure is (the domain's failure mode), untracked.
 	// Zero: DefaultMaxBuckets.
 	MaxBuckets int
+	// MaxTotalBuckets bounds the buckets all streams of the Service track
+	// together, so that memory has a bound whatever the number of streams.
+	// A new bucket past it is answered as one past MaxBuckets. Zero:
+	// DefaultMaxTotalBuckets.
+	MaxTotalBuckets int
+	// MaxStreams bounds the streams open at once; a stream past it ends at
+	// once with RESOURCE_EXHAUSTED naming the bound, so that Envoy opens it
+	// again, on another instance behind a balancer. Zero: DefaultMaxStreams.
+	MaxStreams int
 	// MaxEntries and MaxKeyBytes bound a bucket id's keys and each key's
 	// bytes; a report over them ends the stream (INVALID_ARGUMENT). Zero:
 	// DefaultMaxEntries, DefaultMaxKeyBytes.
@@ -162,6 +177,9 @@ type Service struct {
 	readers  sync.WaitGroup
 
 	lastDegraded atomic.Int64 // UnixNano of the last degraded log line
+
+	streams atomic.Int64 // streams open (MaxStreams)
+	buckets atomic.Int64 // buckets tracked by all streams (MaxTotalBuckets)
 }
 
 var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
@@ -182,6 +200,8 @@ func New(o Options) *Service {
 	o.StoreTimeout = orDefault(o.StoreTimeout, DefaultStoreTimeout)
 	o.DegradedLogInterval = orDefault(o.DegradedLogInterval, 10*time.Second)
 	o.MaxBuckets = orDefaultInt(o.MaxBuckets, DefaultMaxBuckets)
+	o.MaxTotalBuckets = orDefaultInt(o.MaxTotalBuckets, DefaultMaxTotalBuckets)
+	o.MaxStreams = orDefaultInt(o.MaxStreams, DefaultMaxStreams)
 	o.MaxEntries = orDefaultInt(o.MaxEntries, DefaultMaxEntries)
 	o.MaxKeyBytes = orDefaultInt(o.MaxKeyBytes, DefaultMaxKeyBytes)
 	if o.FailureMode == descriptors.FailureModeUnset {
@@ -239,13 +259,17 @@ type received struct {
 // field for a report that Envoy's config could not have produced (no
 // domain, a domain no config has, a domain that changes, a bucket id
 // without keys or over the key limits, absurd counts or durations);
-// UNAVAILABLE while no config is loaded or when Stop was called; the
+// RESOURCE_EXHAUSTED, before any report, for a stream past
+// Options.MaxStreams; UNAVAILABLE while no config is loaded or when Stop was called; the
 // context's code when the stream's context ends. A store failure does not
 // end the stream: the domain's failure mode answers the buckets it touched.
 // Whatever ends the stream, its shares are released.
 func (s *Service) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	ctx := ss.Context()
-	st := s.openStream()
+	st, err := s.openStream()
+	if err != nil {
+		return err
+	}
 	defer s.closeStream(ctx, st)
 	msgs := make(chan received)
 	s.readers.Add(1)
@@ -292,19 +316,30 @@ func (s *Service) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateL
 }
 
 // openStream returns the state of a new stream, named in the store by this
-// instance and a sequence number.
-func (s *Service) openStream() *stream {
+// instance and a sequence number, or RESOURCE_EXHAUSTED when MaxStreams
+// streams are open.
+func (s *Service) openStream() (*stream, error) {
+	if s.streams.Add(1) > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		s.opts.Metrics.refuse("max_streams")
+		s.degraded("a quota stream was refused: --rlqs-max-streams streams are open", "", nil)
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"quota streams: %d streams are open, the most --rlqs-max-streams allows; open this one on another instance", s.opts.MaxStreams)
+	}
 	s.opts.Metrics.streamOpened()
 	return &stream{
 		holder:  s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10),
 		buckets: make(map[string]*bucket),
 		groups:  make(map[groupID]*group),
-	}
+	}, nil
 }
 
 // closeStream releases every share the stream holds, with a deadline of its
-// own (the stream's context has ended), and forgets the stream.
+// own (the stream's context has ended), and forgets the stream and its
+// buckets, counted against MaxStreams and MaxTotalBuckets.
 func (s *Service) closeStream(ctx context.Context, st *stream) {
+	s.streams.Add(-1)
+	s.buckets.Add(-int64(len(st.buckets)))
 	s.opts.Metrics.streamClosed(len(st.buckets))
 	claims := make([]limiter.Claim, 0, len(st.groups))
 	for _, g := range st.groups {

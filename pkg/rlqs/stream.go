@@ -53,6 +53,15 @@ type group struct {
 	share   uint64        // the last share
 	rate    float64       // hits/s of its buckets, summed at the last claim
 	claimed uint64        // the report in which it last claimed
+	members []*bucket     // the buckets counted in buckets
+}
+
+// heldPart is one bucket's last assigned part of a group's share, live in
+// Envoy until it expires.
+type heldPart struct {
+	fill    uint64 // hits per window
+	report  uint64 // the stream's report that assigned it
+	expires int64  // Unix ns when Envoy drops it
 }
 
 func (g *group) id() groupID { return groupID{g.claim.Key, g.claim.Window} }
@@ -71,7 +80,8 @@ const (
 type bucket struct {
 	cfg    *descriptors.Config // the config its policy was resolved in
 	policy policy
-	groups []*group // for policyShare: one per limit of its rule
+	groups []*group   // for policyShare: one per limit of its rule
+	held   []heldPart // its last assigned part of each of groups
 
 	rate      float64   // demand in hits/s, smoothed; -1 before the first span
 	pending   uint64    // requests reported since since
@@ -120,6 +130,7 @@ func (st *stream) regroup(b *bucket, gs []*group) []limiter.Claim {
 	for _, g := range gs {
 		if !slices.Contains(b.groups, g) {
 			g.buckets++
+			g.members = append(g.members, b)
 		}
 	}
 	var release []limiter.Claim
@@ -127,12 +138,15 @@ func (st *stream) regroup(b *bucket, gs []*group) []limiter.Claim {
 		if slices.Contains(gs, old) {
 			continue
 		}
+		if i := slices.Index(old.members, b); i >= 0 {
+			old.members = slices.Delete(old.members, i, i+1)
+		}
 		if old.buckets--; old.buckets == 0 {
 			delete(st.groups, old.id())
 			release = append(release, old.claim)
 		}
 	}
-	b.groups = gs
+	b.groups, b.held = gs, make([]heldPart, len(gs))
 	return release
 }
 

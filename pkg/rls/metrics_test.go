@@ -52,7 +52,7 @@ sluice_rate_limit_over_limit_total{domain="test",rule="per_key"} 2
 # HELP sluice_rate_limit_shadow_mode_over_limit_total Hits a shadow-mode limit would have denied, by domain and rule.
 # TYPE sluice_rate_limit_shadow_mode_over_limit_total counter
 sluice_rate_limit_shadow_mode_over_limit_total{domain="test",rule="trial"} 2
-# HELP sluice_rate_limit_total_hits_total Hits (hits_addend) evaluated against a limit, by domain and rule.
+# HELP sluice_rate_limit_total_hits_total Hits (hits_addend) evaluated against a limit, by domain and rule; refunds and releases are not hits.
 # TYPE sluice_rate_limit_total_hits_total counter
 sluice_rate_limit_total_hits_total{domain="test",rule="per_key"} 5
 sluice_rate_limit_total_hits_total{domain="test",rule="generous"} 2

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -263,4 +265,130 @@ func TestQuotaBadReports(t *testing.T) {
 	if r := s.call(t, "edge", []string{"api_key", "after"}); r.GetOverallCode().String() != "OK" {
 		t.Errorf("ShouldRateLimit after the bad streams: %v", r)
 	}
+}
+
+// manyBuckets is a report of n buckets {route: search, api_key: <prefix><i>}
+// of domain quota, each its own limit, one request each.
+func manyBuckets(prefix string, n int) *rlqsv3.RateLimitQuotaUsageReports {
+	r := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+	for i := range n {
+		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:    &rlqsv3.BucketId{Bucket: map[string]string{"route": "search", "api_key": fmt.Sprintf("%s%040d", prefix, i)}},
+			TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 1})
+	}
+	return r
+}
+
+// quotaExchange opens a stream on s, sends r and returns the response, or
+// the error that ended the stream.
+func quotaExchange(t *testing.T, s *sluice, r *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(s.Conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(r); err != nil {
+		t.Fatal(err)
+	}
+	return stream.Recv()
+}
+
+// TestQuotaGlobalBounds: the binary bounds the buckets of all streams
+// together (--rlqs-max-total-buckets) and the streams
+// (--rlqs-max-streams). A bucket past the total is answered by the failure
+// mode (deny here), a stream past the bound ends with RESOURCE_EXHAUSTED
+// naming the setting, and both are counted.
+func TestQuotaGlobalBounds(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSluice(t, "--config", dir, "--redis-url", "redis://"+redistest.Addr(t)+"/0",
+		"--redis-prefix", redistest.Prefix(t.Name()), "--failure-mode", "deny",
+		"--rlqs-max-buckets", "5", "--rlqs-max-total-buckets", "8", "--rlqs-max-streams", "3")
+	actions := func(resp *rlqsv3.RateLimitQuotaResponse) (shared, denied int) {
+		for _, a := range resp.GetBucketAction() {
+			if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil {
+				shared++
+			} else {
+				denied++
+			}
+		}
+		return shared, denied
+	}
+	for i, want := range [][2]int{{5, 0}, {3, 2}, {0, 5}} {
+		resp, err := quotaExchange(t, s, manyBuckets(strconv.Itoa(i)+"-", 5))
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if shared, denied := actions(resp); shared != want[0] || denied != want[1] {
+			t.Errorf("stream %d, 5 new buckets, 8 at most in all: %d token buckets and %d DENY_ALL, want %d and %d",
+				i, shared, denied, want[0], want[1])
+		}
+	}
+	_, err := quotaExchange(t, s, manyBuckets("x-", 1))
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "3 streams are open, the most --rlqs-max-streams allows") {
+		t.Errorf("a 4th stream of 3 allowed: %v, want RESOURCE_EXHAUSTED naming 3 and --rlqs-max-streams", err)
+	}
+	m := metrics(t, s)
+	if got := m[`sluice_rlqs_buckets`]; got != 8 {
+		t.Errorf("sluice_rlqs_buckets = %v, want 8", got)
+	}
+	if b, st := m[`sluice_rlqs_refused_total{bound="max_total_buckets"}`], m[`sluice_rlqs_refused_total{bound="max_streams"}`]; b != 7 || st != 1 {
+		t.Errorf("refused: %v buckets, %v streams, want 7 and 1", b, st)
+	}
+	if r := s.call(t, "quota", []string{"api_key", "after"}); r.GetOverallCode().String() != "OK" {
+		t.Errorf("ShouldRateLimit beside full quota streams: %v", r)
+	}
+}
+
+// TestQuotaMemoryDefaults: at the default bounds (the failure mode aside), 8 streams of 10,000 new
+// buckets each (every one its own limit, the in-memory store holding the
+// shares: the worst case) leave 50,000 buckets tracked, the heap in use
+// under 100 MiB and the resident memory, without the GOMEMLIMIT the shipped
+// Deployment sets, under its 256Mi. It logs the figures.
+func TestQuotaMemoryDefaults(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// --failure-mode deny answers the buckets past the bound (error, the
+	// default, answers them with no action and so sends no response).
+	s := startSluice(t, "--config", dir, "--failure-mode", "deny")
+	before := processMemory(t, s)
+	for i := range 8 {
+		start := time.Now()
+		if _, err := quotaExchange(t, s, manyBuckets(strconv.Itoa(i)+"-", 10000)); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		t.Logf("stream %d answered in %v", i, time.Since(start))
+	}
+	after := processMemory(t, s)
+	m := metrics(t, s)
+	t.Logf("8 streams of 10,000 buckets: %v buckets tracked; before %s; after %s", m["sluice_rlqs_buckets"], before, after)
+	if got := m["sluice_rlqs_buckets"]; got != rlqs.DefaultMaxTotalBuckets {
+		t.Errorf("sluice_rlqs_buckets = %v, want %d (--rlqs-max-total-buckets' default)", got, rlqs.DefaultMaxTotalBuckets)
+	}
+	if heap := m["go_memstats_heap_inuse_bytes"]; heap > 100<<20 {
+		t.Errorf("heap in use %.0f MB at the default bounds, want under 100 MiB", heap/1e6)
+	}
+	if rss := m["process_resident_memory_bytes"]; rss > 256<<20 {
+		t.Errorf("resident memory %.0f MB at the default bounds, over the Deployment's 256Mi even without GOMEMLIMIT", rss/1e6)
+	}
+}
+
+// processMemory returns the process's resident memory and heap in use, from
+// /metrics after a forced collection (/debug/pprof/heap?gc=1).
+func processMemory(t *testing.T, s *sluice) string {
+	t.Helper()
+	r, err := http.Get("http://" + s.DebugAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	m := metrics(t, s)
+	return fmt.Sprintf("rss %.0f MB, heap in use %.0f MB", m["process_resident_memory_bytes"]/1e6, m["go_memstats_heap_inuse_bytes"]/1e6)
 }

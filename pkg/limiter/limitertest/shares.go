@@ -41,6 +41,7 @@ func TestShares(t *testing.T, newStore func(t *testing.T, now func() time.Time) 
 		{"ProportionalOverLimit", testShareProportional},
 		{"HeadroomUnderLimit", testShareHeadroom},
 		{"KeepsShareWithinTenPercent", testShareHysteresis},
+		{"KeepsWhatIsHandedOut", testShareKeep},
 		{"ExpiresAfterHold", testShareExpiry},
 		{"Release", testShareRelease},
 		{"LimitsAreIndependent", testShareIndependent},
@@ -189,6 +190,27 @@ func testShareHysteresis(t *testing.T, e *shareEnv) {
 	})
 }
 
+// testShareKeep: a claim's Keep holds the claimant's share up to what it
+// handed out, never above its current share nor what the others leave; a
+// claim keeping some takes a larger target at once.
+func testShareKeep(t *testing.T, e *shareEnv) {
+	keep := func(holder string, demand, keep uint64, want limiter.Share) {
+		t.Helper()
+		c := e.claim(holder, 100, demand)
+		c.Keep = keep
+		if got := e.share(c); got != want {
+			t.Fatalf("%s claims demand %d keeping %d: %+v, want %+v", holder, demand, keep, got, want)
+		}
+	}
+	keep("a", 50_000, 0, sh(75, 1, 50_000))
+	keep("a", 0, 60, sh(60, 1, 0))        // target 50, but 60 handed out: 60
+	keep("a", 0, 90, sh(60, 1, 0))        // never raised to Keep: 60
+	keep("a", 0, 0, sh(50, 1, 0))         // nothing kept: the target
+	keep("a", 2_000, 40, sh(51, 1, 2000)) // target 51 within 10% above 50, taken at once
+	keep("b", 50_000, 0, sh(49, 2, 52_000))
+	keep("a", 0, 100, sh(51, 2, 50_000)) // keeps its 51, no more
+}
+
 func testShareExpiry(t *testing.T, e *shareEnv) {
 	e.steps(100, []shareStep{
 		{"a", 50_000, sh(75, 1, 50_000)},
@@ -245,6 +267,7 @@ func testShareInvalid(t *testing.T, e *shareEnv) {
 		{"no hold", func(c *limiter.Claim) { c.Hold = 0 }, "hold"},
 		{"demand over the maximum", func(c *limiter.Claim) { c.Demand = limiter.MaxDemand + 1 }, "demand"},
 		{"limit over the maximum", func(c *limiter.Claim) { c.Limit = limiter.MaxShared + 1 }, "limit"},
+		{"keep over the maximum", func(c *limiter.Claim) { c.Keep = limiter.MaxShared + 1 }, "keep"},
 	} {
 		bad := valid
 		tc.edit(&bad)
@@ -273,6 +296,9 @@ func testShareModel(t *testing.T, e *shareEnv) {
 		lim := fmt.Sprintf("l%d", r.IntN(len(limits)))
 		c := limiter.Claim{Key: e.key + lim, Window: time.Minute, Holder: holders[r.IntN(len(holders))],
 			Limit: limits[lim], Demand: uint64(r.IntN(80_000)), Hold: time.Duration(1+r.IntN(3)) * time.Second}
+		if r.IntN(2) == 0 {
+			c.Keep = uint64(r.IntN(int(c.Limit) + 2))
+		}
 		now := e.clock.Now().UnixMilli()
 		switch op := r.IntN(10); {
 		case op == 0:
