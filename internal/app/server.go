@@ -38,7 +38,6 @@ import (
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
-	"github.com/sluicehq/sluice/pkg/redis"
 	"github.com/sluicehq/sluice/pkg/rlqs"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
@@ -240,55 +239,6 @@ func ageOrInfinity(d time.Duration) time.Duration {
 	return d
 }
 
-// newServices builds the decision core on the store and the Envoy rate
-// limit service front end on it, with their metrics.
-func (srv *server) newServices() error {
-	s := srv.set
-	coreMetrics, err := ratelimit.NewMetrics(srv.reg, s.NearLimit())
-	if err != nil {
-		return err
-	}
-	rlsMetrics, err := rls.NewMetrics(srv.reg)
-	if err != nil {
-		return err
-	}
-	var observers []ratelimit.Observer
-	if s.CompatMetrics {
-		pm, err := ratelimit.NewPeerMetrics(srv.reg, s.NearLimit())
-		if err == nil {
-			err = ratelimit.RegisterPeerConfigLoads(srv.reg, srv.configLoads) // dropin.go
-		}
-		if err != nil {
-			return err
-		}
-		observers = append(observers, pm)
-	}
-	srv.core = ratelimit.New(ratelimit.Options{
-		Store:       srv.store,
-		Logger:      srv.log.Named("ratelimit"),
-		FailureMode: s.Failure(),
-		Metrics:     coreMetrics,
-		Observers:   append(observers, srv.observers()...),
-		ShadowMode:  s.ShadowMode,
-		Overdraw:    s.Overdraw,
-	})
-	srv.svc = rls.New(rls.Options{
-		Decider:         srv.core,
-		Metrics:         rlsMetrics,
-		Headers:         s.Headers(),
-		CompatNames:     s.CompatHeaderNames(),
-		RawBody:         s.RawBody,
-		DynamicMetadata: s.DynamicMetadata,
-		MaxDescriptors:  s.MaxDescriptors,
-		MaxEntries:      s.MaxEntries,
-		MaxKeyBytes:     s.MaxKeyBytes,
-		// The HTTP port's /json is reached by more than Envoy.
-		JSONHitsAddend:        s.JSONHitsAddend,
-		JSONHitsAddendSetting: "--json-hits-addend",
-	})
-	return srv.newQuota()
-}
-
 // newConfig sets up the config source the settings name (source.New) and
 // makes its first load, which the file source waits for at most a moment
 // (then the listeners open, not ready until it ends). A bad config at
@@ -346,77 +296,6 @@ func serverTLS(s *settings.Settings) (credentials.TransportCredentials, error) {
 		}
 	}
 	return credentials.NewTLS(cfg), nil
-}
-
-// openStore opens the store the settings name: the in-memory store when
-// --redis-url is empty.
-func (srv *server) openStore() error {
-	set := srv.set
-	if set.RedisURL != "" || set.RedisSentinel != "" || set.RedisCluster != "" {
-		// go-redis logs dial failures and topology events through one
-		// process-wide logger: main's to set (STYLE.md section 7).
-		redis.SetClientLogger(srv.log.Named("redis"))
-		sentinelUser, sentinelPass, ok := strings.Cut(set.RedisSentAuth, ":")
-		if !ok {
-			sentinelUser, sentinelPass = "", set.RedisSentAuth
-		}
-		st, err := redis.Open(redis.Settings{
-			URL:                         set.RedisURL,
-			MasterName:                  set.RedisSentinel,
-			SentinelAddrs:               settings.SplitList(set.RedisSentinels),
-			ClusterAddrs:                settings.SplitList(set.RedisCluster),
-			PoolSize:                    set.RedisPoolSize,
-			DialTimeout:                 set.RedisDial,
-			ReadTimeout:                 set.RedisRead,
-			WriteTimeout:                set.RedisWrite,
-			CallTimeout:                 set.StoreTimeout,
-			CallsInFlight:               set.RedisInFlight,
-			LeaseRate:                   leaseRate(set.RedisLeaseRate),
-			LeaseSpan:                   set.RedisLeaseSpan,
-			Prefix:                      set.RedisPrefix,
-			TLSCAFile:                   set.RedisTLSCA,
-			TLSCertFile:                 set.RedisTLSCert,
-			TLSKeyFile:                  set.RedisTLSKey,
-			TLSSkipHostnameVerification: set.RedisTLSNoHost,
-			SentinelUsername:            sentinelUser,
-			SentinelPassword:            sentinelPass,
-		}, srv.log)
-		if err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		srv.store, srv.closer, srv.ping, srv.warm = st, st.Close, st.Ping, st.Ready
-		srv.shares = st.Shares(redis.SharesOptions{})
-		// Open the connections and load the library now, so that no
-		// decision pays for them inside its deadline. Redis may be down:
-		// the health checks try again, and readiness waits for it.
-		if err := srv.warmStore(context.Background()); err != nil {
-			srv.log.Warn("redis not ready at start", zap.Error(err))
-		}
-		if set.OverLimitCache {
-			c := limiter.NewOverLimitCache(st, limiter.OverLimitOptions{})
-			srv.store = c
-			srv.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_over_limit_cache_hits_total",
-				Help: "Calls answered from the over-limit cache, without a store call."}, func() float64 { return float64(c.Hits()) }))
-		}
-		return nil
-	}
-	srv.store = limiter.NewMemoryStore(limiter.MemoryOptions{MaxCounters: srv.set.MaxCounters})
-	srv.shares = limiter.NewMemoryShares(nil)
-	srv.log.Info("store ready", zap.String("store", "memory"), zap.Int("max_counters", srv.set.MaxCounters))
-	return nil
-}
-
-// warmStore runs warm unless it already succeeded, and returns its error
-// (nil once the store is warm).
-func (srv *server) warmStore(ctx context.Context) error {
-	if srv.warm == nil || srv.warmed.Load() {
-		return nil
-	}
-	if err := srv.warm(ctx); err != nil {
-		return err
-	}
-	srv.warmed.Store(true)
-	return nil
 }
 
 // readyz answers 200 while the server is ready (a config is loaded, the
@@ -589,42 +468,4 @@ func (srv *server) close() {
 		}
 		srv.closer = nil
 	}
-}
-
-// leaseRate maps --redis-lease-rate (0: off) to redis.Settings.LeaseRate
-// (0: the default, negative: off).
-func leaseRate(r int) float64 {
-	if r == 0 {
-		return -1
-	}
-	return float64(r)
-}
-
-// newQuota builds the rate limit quota service on the decision core's
-// config and the store's shared limits, with its metrics.
-func (srv *server) newQuota() error {
-	s, r := srv.set, &srv.set.RLQS
-	m, err := rlqs.NewMetrics(srv.reg)
-	if err != nil {
-		return err
-	}
-	unmatched, _ := rlqs.ParseBlanket(r.Unmatched)
-	srv.quota = rlqs.New(rlqs.Options{
-		Decider:         srv.core,
-		Store:           srv.shares,
-		Logger:          srv.log.Named("rlqs"),
-		Metrics:         m,
-		AssignmentTTL:   r.AssignmentTTL,
-		Burst:           r.Burst,
-		IdleAfter:       r.Idle,
-		Unmatched:       unmatched,
-		FailureMode:     s.Failure(),
-		ShadowMode:      s.ShadowMode,
-		MaxBuckets:      r.MaxBuckets,
-		MaxTotalBuckets: r.MaxTotalBuckets,
-		MaxStreams:      r.MaxStreams,
-		MaxEntries:      s.MaxEntries,
-		MaxKeyBytes:     s.MaxKeyBytes,
-	})
-	return nil
 }
