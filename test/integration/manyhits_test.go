@@ -19,9 +19,12 @@ import (
 // in-memory store, round after round, while 8 callers send requests of one
 // descriptor to the same instance, which share script calls with it: none
 // of those fails, and each is decided (a counter of its own: remaining 999).
+// The store timeout is long: this is about the wire layout and one entry's
+// failure, and a 256-key script call on a loaded CI machine under -race can
+// outlast the default 15 ms.
 func TestManyHitsPerRequest(t *testing.T) {
 	const config = "test/integration/testdata/manyhits"
-	onRedis := startSluice(t, "--config", config,
+	onRedis := startSluice(t, "--config", config, "--store-timeout", "2s", "--redis-read-timeout", "2s",
 		"--redis-url", "redis://"+redistest.Addr(t)+"/0", "--redis-prefix", redistest.Prefix(t.Name()))
 	inMemory := startSluice(t, "--config", config)
 	big := make([][]string, 32)
