@@ -8,8 +8,7 @@ import (
 	"testing"
 )
 
-// TestCheckWindowTooLong is the regression test of issue 12 item 1: a window
-// that overflowed int64 (a year x 300) loaded ("ok") and then answered
+// TestCheckWindowTooLong: a window that overflowed int64 (a year x 300) loaded ("ok") and then answered
 // INTERNAL on every matching call. sluice check now refuses it, with the
 // file, line and column of unit_multiplier.
 func TestCheckWindowTooLong(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 )
 
 // The paths and listeners that envoyproxy/ratelimit's deployments probe and
-// scrape (DESIGN.md section 10): /healthcheck on the HTTP listener, the
+// scrape: /healthcheck on the HTTP listener, the
 // debug listener with /rlconfig and pprof, and a listener of its own for
 // the metrics.
 

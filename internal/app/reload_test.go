@@ -263,8 +263,7 @@ func writeAtomic(t *testing.T, path, data string) {
 	}
 }
 
-// TestReloadWhileWritesContinue is the regression test of issue 12 item 8:
-// a config rewritten more often than the debounce never reloaded (50 writes
+// TestReloadWhileWritesContinue: a config rewritten more often than the debounce never reloaded (50 writes
 // in 10 s with a 250 ms debounce: 0 reloads). With writes every 50 ms for
 // 2 s, a new limit must be in force before the writes stop.
 func TestReloadWhileWritesContinue(t *testing.T) {

@@ -166,7 +166,7 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 	mux.Handle("/json", srv.svc.JSONHandler())
 	srv.handleUI(mux)
 	// A client that sends its headers or body slowly, or keeps a connection
-	// idle, must not hold a goroutine and a socket for long (issue 12.7).
+	// idle, must not hold a goroutine and a socket for long.
 	srv.http = &http.Server{Handler: mux, ReadHeaderTimeout: min(5*time.Second, s.HTTPReadTimeout), ReadTimeout: s.HTTPReadTimeout,
 		IdleTimeout: httpIdleTimeout, MaxHeaderBytes: httpMaxHeaderBytes}
 

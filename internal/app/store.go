@@ -19,7 +19,7 @@ func (srv *server) openStore() error {
 	set := srv.set
 	if set.RedisURL != "" || set.RedisSentinel != "" || set.RedisCluster != "" {
 		// go-redis logs dial failures and topology events through one
-		// process-wide logger: main's to set (STYLE.md section 7).
+		// process-wide logger, which the command sets: no library may.
 		redis.SetClientLogger(srv.log.Named("redis"))
 		sentinelUser, sentinelPass, ok := strings.Cut(set.RedisSentAuth, ":")
 		if !ok {

@@ -15,8 +15,7 @@ import (
 
 // envoyproxy/ratelimit's settings ("the peer's", src/settings/settings.go)
 // are read as a third layer of settings, under the flags and the SLUICE_*
-// variables: flag > SLUICE_* > the peer's name > default (DESIGN.md
-// section 10). Each of the peer's names is in peerVars, with what Sluice
+// variables: flag > SLUICE_* > the peer's name > default. Each of the peer's names is in peerVars, with what Sluice
 // does with it: it sets Sluice settings (honoured, with the peer's formats:
 // its host and port pairs, its Redis URL forms, its directory layout), or it
 // is named in one start-up warning line that says what Sluice does instead,

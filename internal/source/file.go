@@ -21,7 +21,7 @@ import (
 // default 250 ms), a reload happens even while changes continue. A burst
 // that one save or one ConfigMap swap makes is over within milliseconds; a
 // file still changing after four quiet periods is being rewritten without
-// pause, and waiting for it to stop would never reload (issue 12 item 8).
+// pause, and waiting for it to stop would never reload.
 // A reload in the middle of such writes may read a half-written file: its
 // errors are reported and the config in force stays, until the next reload.
 const MaxWaitFactor = 4
