@@ -17,11 +17,11 @@ type Variant struct {
 	Of   func(limiter.Limit) limiter.Limit
 }
 
-// Variants are the algorithms of issue 16: the sliding window with 1 (the
-// classic counter), 6, 12, 20 and 60 sub-windows, the token
-// bucket with a burst of one window's requests, the fixed window and the
-// sliding log (and 25, 40 and 50 sub-windows, the other divisors of a
-// second near them).
+// Variants are the algorithms compared for accuracy: the sliding window with
+// 1 (the classic counter), 6, 12, 20 and 60 sub-windows (and 25, 40 and 50,
+// the other divisors of a second near them), then every other registered
+// algorithm that counts requests (limiter.AlgorithmsWith: the token bucket
+// with a burst of one window's requests, the fixed window, the sliding log).
 func Variants() []Variant {
 	sub := func(n uint8) Variant {
 		return Variant{fmt.Sprintf("sliding_window N=%d", n), func(l limiter.Limit) limiter.Limit { l.SubWindows = n; return l }}
@@ -29,8 +29,12 @@ func Variants() []Variant {
 	alg := func(a limiter.Algorithm) Variant {
 		return Variant{a.String(), func(l limiter.Limit) limiter.Limit { l.Algorithm = a; return l }}
 	}
-	return []Variant{sub(1), sub(6), sub(12), sub(20), sub(25), sub(40), sub(50), sub(60),
-		alg(limiter.TokenBucket), alg(limiter.FixedWindow), alg(limiter.SlidingLog)}
+	vs := []Variant{sub(1), sub(6), sub(12), sub(20), sub(25), sub(40), sub(50), sub(60)}
+	// Every other algorithm that counts requests (not those in flight).
+	for _, a := range limiter.AlgorithmsWith(func(t limiter.Traits) bool { return !t.SubWindows && !t.InFlight }) {
+		vs = append(vs, alg(a))
+	}
+	return vs
 }
 
 // VariantResult is the replay of every compared source through one Variant,

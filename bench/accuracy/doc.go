@@ -1,5 +1,5 @@
 // Package accuracy measures how far Sluice's sliding window counter
-// (limiter.Evaluate, DESIGN.md section 3) strays from an exact sliding log.
+// (limiter.Evaluate: limiter.SlidingWindow) strays from an exact sliding log.
 //
 // It replays a synthetic, deterministic trace (many sources with their own
 // limits; steady Poisson clients, bursty on/off clients, clients with long

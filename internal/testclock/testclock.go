@@ -1,6 +1,6 @@
 // Package testclock is the one fake clock of Sluice's tests: a Clock that
 // reads a settable time instead of the system's, so tests move time instead
-// of sleeping (STYLE.md section 8). It is a test helper shared by several
+// of sleeping, which makes them fast and exact. It is a test helper shared by several
 // packages, so it lives in internal/; production code never imports it.
 package testclock
 

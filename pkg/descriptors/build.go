@@ -383,8 +383,9 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 	errs := len(b.errs)
 	if f := rl.Burst; state(b, f, path+".burst") == FieldSet {
 		switch {
-		case l.Algorithm != limiter.TokenBucket:
-			b.errorAt(f.KeyPos, path+".burst", "burst with algorithm %s (only token_bucket has a burst)", l.Algorithm)
+		case !l.Algorithm.Traits().Burst:
+			b.errorAt(f.KeyPos, path+".burst", "burst with algorithm %s (only %s a burst)", l.Algorithm,
+				algorithmsWith(func(t limiter.Traits) bool { return t.Burst }))
 		case f.Value < 1:
 			b.errorAt(f.Pos, path+".burst", "want an integer from 1 to %d, got the integer 0", uint64(math.MaxUint32))
 		case rl.RequestsPerUnit.State == FieldSet && l.RequestsPerUnit == 0:
@@ -396,8 +397,9 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 	if f := rl.SubWindows; state(b, f, path+".sub_windows") == FieldSet {
 		w := l.Window().Milliseconds()
 		switch {
-		case l.Algorithm != limiter.SlidingWindow:
-			b.errorAt(f.KeyPos, path+".sub_windows", "sub_windows with algorithm %s (only sliding_window has sub-windows)", l.Algorithm)
+		case !l.Algorithm.Traits().SubWindows:
+			b.errorAt(f.KeyPos, path+".sub_windows", "sub_windows with algorithm %s (only %s sub-windows)", l.Algorithm,
+				algorithmsWith(func(t limiter.Traits) bool { return t.SubWindows }))
 		case f.Value < 1 || f.Value > limiter.MaxSubWindows:
 			b.errorAt(f.Pos, path+".sub_windows", "want an integer from 1 to %d, got the integer %d", limiter.MaxSubWindows, f.Value)
 		case l.Unit != UnitUnknown && w%int64(f.Value) != 0:
@@ -405,12 +407,13 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 		default:
 			l.SubWindows = uint8(f.Value)
 		}
-	} else if l.Algorithm == limiter.SlidingWindow {
+	} else if l.Algorithm.Traits().SubWindows {
 		l.SubWindows = limiter.DefaultSubWindows // divides every whole second
 	}
 	if f := rl.Overdraw; state(b, f, path+".overdraw") == FieldSet {
-		if f.Value && (l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.Concurrency) {
-			b.errorAt(f.KeyPos, path+".overdraw", "overdraw with algorithm %s (it keeps one entry per admitted hit; overdraw needs sliding_window, token_bucket or fixed_window)", l.Algorithm)
+		if f.Value && !l.Algorithm.Traits().Overdraw {
+			b.errorAt(f.KeyPos, path+".overdraw", "overdraw with algorithm %s (it keeps one entry per admitted hit; overdraw needs %s)", l.Algorithm,
+				choices(algorithmNames(func(t limiter.Traits) bool { return t.Overdraw })))
 		} else {
 			v := f.Value
 			l.Overdraw = &v
@@ -421,9 +424,9 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 	}
 	switch err := l.Store().Validate(); {
 	case err == nil:
-	case (l.Algorithm == limiter.SlidingLog || l.Algorithm == limiter.Concurrency) && l.RequestsPerUnit > limiter.MaxLogRequests:
-		b.errorAt(rl.RequestsPerUnit.Pos, path+".requests_per_unit", "%d is over %d, the most a %s counts (it keeps one entry per hit; use sliding_window for larger limits)",
-			l.RequestsPerUnit, limiter.MaxLogRequests, l.Algorithm)
+	case l.Algorithm.Traits().MaxRequests > 0 && uint64(l.RequestsPerUnit) > l.Algorithm.Traits().MaxRequests:
+		b.errorAt(rl.RequestsPerUnit.Pos, path+".requests_per_unit", "%d is over %d, the most a %s counts (it keeps one entry per hit; use %s for larger limits)",
+			l.RequestsPerUnit, l.Algorithm.Traits().MaxRequests, l.Algorithm, limiter.Algorithm(0))
 	default:
 		b.errorAt(rl.Pos, path, "%s", strings.TrimPrefix(err.Error(), "limiter: "))
 	}
@@ -481,14 +484,15 @@ func (b *builder) rateLimitList(f Field[[]*RateLimitNode], path string) []*Limit
 	return limits
 }
 
-// listMix refuses a concurrency limit in rate_limits beside a limit of
-// another algorithm: Envoy's release (is_negative_hits) gives its hits back
+// listMix refuses a limit that counts requests in flight (a concurrency
+// limit: limiter.Traits.InFlight) in rate_limits beside a limit of an
+// algorithm that counts requests: Envoy's release (is_negative_hits) gives its hits back
 // to every limit of the descriptor, so the other limit would count requests
 // in flight, not requests. limits[k] is built from nodes[at[k]].
 func (b *builder) listMix(nodes []*RateLimitNode, limits []*Limit, at []int, path string) {
 	other := -1
 	for k, l := range limits {
-		if l.Algorithm != limiter.Concurrency && algorithmKnown(nodes[at[k]]) {
+		if !l.Algorithm.Traits().InFlight && algorithmKnown(nodes[at[k]]) {
 			other = k
 			break
 		}
@@ -497,13 +501,13 @@ func (b *builder) listMix(nodes []*RateLimitNode, limits []*Limit, at []int, pat
 		return
 	}
 	for k, l := range limits {
-		if l.Algorithm != limiter.Concurrency {
+		if !l.Algorithm.Traits().InFlight {
 			continue
 		}
 		i := at[k]
 		ipath := fmt.Sprintf("%s[%d].algorithm", path, i)
-		b.errorAt(nodes[i].Algorithm.Pos, ipath, "concurrency beside %s (rate_limits[%d]): the release when a stream ends (is_negative_hits) gives its hits back to every limit of the descriptor, so rate_limits[%d] would count requests in flight; put the concurrency limit on a descriptor of its own",
-			limits[other].Algorithm, at[other], at[other])
+		b.errorAt(nodes[i].Algorithm.Pos, ipath, "%s beside %s (rate_limits[%d]): the release when a stream ends (is_negative_hits) gives its hits back to every limit of the descriptor, so rate_limits[%d] would count requests in flight; put the %s limit on a descriptor of its own",
+			l.Algorithm, limits[other].Algorithm, at[other], at[other], l.Algorithm)
 	}
 }
 
@@ -659,6 +663,25 @@ func asErrors(errs []*Error) []error {
 		out[i] = e
 	}
 	return out
+}
+
+// algorithmsWith lists the algorithms whose Traits has as "a, b or c",
+// with the verb that agrees with them: "token_bucket has".
+func algorithmsWith(has func(limiter.Traits) bool) string {
+	names := algorithmNames(has)
+	if len(names) == 1 {
+		return names[0] + " has"
+	}
+	return choices(names) + " have"
+}
+
+// algorithmNames is the config spellings of the algorithms whose Traits has.
+func algorithmNames(has func(limiter.Traits) bool) []string {
+	var names []string
+	for _, a := range limiter.AlgorithmsWith(has) {
+		names = append(names, a.String())
+	}
+	return names
 }
 
 // algorithmChoices lists the algorithms' config spellings as "a, b or c".

@@ -6,9 +6,10 @@ import (
 )
 
 // Algorithm names the counting algorithm of a Limit. The zero value is
-// SlidingWindow, the default of DESIGN.md section 3. The numbers are part of
-// the protocol between Go and the Lua script of pkg/redis, which dispatches
-// on them: never renumber one.
+// SlidingWindow, the default. The numbers are part of the protocol between
+// Go and the Lua script of pkg/redis, which dispatches on them (each Lua file
+// registers under its config spelling, and pkg/redis gives the script the
+// numbers from this registry): never renumber one.
 type Algorithm uint8
 
 const (
@@ -35,19 +36,90 @@ const (
 	Concurrency
 )
 
+// Traits is one algorithm's row in the registry beyond its Go code: its
+// config spelling, what it can do and how stores lay out its counters. Every
+// package whose behaviour depends on the algorithm (the config builder, the
+// decision's plan, pkg/redis's keys and leases, pkg/rlqs) reads these fields
+// instead of naming algorithms, so that an algorithm is added by one row.
+// The zero Traits is that of a number that names no algorithm.
+type Traits struct {
+	// Name is the config spelling (rate_limit.algorithm).
+	Name string
+	// Code names the algorithm inside a store's counter keys (pkg/redis:
+	// "sw"), so that two algorithms' counters never share a key. A code
+	// never changes once keys exist under it: live counters would be lost
+	// in an upgrade.
+	Code string
+	// Packed says that pkg/redis keeps a counter as one packed string (read
+	// by a call's one MGET), which its key marks; a SlidingWindow of N > 1
+	// sub-windows is packed too (SubWindows), whatever this says.
+	Packed bool
+	// Lease says a hot counter's permits may be leased: permits counted at
+	// once in the current window (or sub-window) can be spent until it ends
+	// without overrunning any window.
+	Lease bool
+	// Overdraw says Limit.Overdraw is allowed (and the service's overdraw
+	// default applies to it).
+	Overdraw bool
+	// Burst says Limit.Burst is read: the capacity, Requests by default.
+	Burst bool
+	// SubWindows says Limit.SubWindows is read (and is part of the
+	// counter's identity).
+	SubWindows bool
+	// Shares says pkg/rlqs can divide the limit among Envoy holders, each
+	// enforcing its share itself: false for what Envoy cannot count.
+	Shares bool
+	// InFlight says the algorithm counts requests in flight, released by a
+	// refund (is_negative_hits) when the stream ends, not requests.
+	InFlight bool
+	// MaxRequests is the largest Requests it counts, 0 for MaxCount (it
+	// keeps one entry per hit).
+	MaxRequests uint64
+}
+
+// registered is one row of the registry: the Traits and the Go twin.
+type registered struct {
+	Traits
+	algorithm
+}
+
 // algorithms is the registry of algorithms, indexed by Algorithm: the one
 // place that lists them. Everything that depends on the algorithm (Evaluate,
-// Limit.Validate, MemoryStore's expiry and eviction, OverLimitCache) goes
-// through it.
-var algorithms = [...]struct {
-	name string // config spelling: rate_limit.algorithm
-	algorithm
-}{
-	SlidingWindow: {"sliding_window", slidingWindow{}},
-	TokenBucket:   {"token_bucket", tokenBucket{}},
-	FixedWindow:   {"fixed_window", fixedWindow{}},
-	SlidingLog:    {"sliding_log", slidingLog{release: releaseNewest}},
-	Concurrency:   {"concurrency", slidingLog{release: releaseOldest}},
+// Limit.Validate, MemoryStore's expiry and eviction, OverLimitCache, and
+// outside the package every reader of Traits) goes through it.
+var algorithms = [...]registered{
+	SlidingWindow: {Traits{Name: "sliding_window", Code: "sw", Lease: true, Overdraw: true, SubWindows: true, Shares: true},
+		slidingWindow{}},
+	TokenBucket: {Traits{Name: "token_bucket", Code: "tb", Packed: true, Overdraw: true, Burst: true, Shares: true},
+		tokenBucket{}},
+	FixedWindow: {Traits{Name: "fixed_window", Code: "fw", Packed: true, Lease: true, Overdraw: true, Shares: true},
+		fixedWindow{}},
+	SlidingLog: {Traits{Name: "sliding_log", Code: "sl", Shares: true, MaxRequests: MaxLogRequests},
+		slidingLog{release: releaseNewest}},
+	Concurrency: {Traits{Name: "concurrency", Code: "cc", InFlight: true, MaxRequests: MaxLogRequests},
+		slidingLog{release: releaseOldest}},
+}
+
+// Traits returns a's row of the registry, the zero Traits for a number
+// that names no algorithm.
+func (a Algorithm) Traits() Traits {
+	if !a.valid() {
+		return Traits{}
+	}
+	return algorithms[a].Traits
+}
+
+// AlgorithmsWith returns, in order, every Algorithm whose Traits has, for
+// messages that list which algorithms take a parameter ("only token_bucket
+// has a burst"). The slice is the caller's.
+func AlgorithmsWith(has func(Traits) bool) []Algorithm {
+	var all []Algorithm
+	for i := range algorithms {
+		if has(algorithms[i].Traits) {
+			all = append(all, Algorithm(i))
+		}
+	}
+	return all
 }
 
 // algorithm is the Go twin of one algorithm: how it reads, decides and
@@ -70,7 +142,8 @@ var algorithms = [...]struct {
 // Unix ms; durations are ms.
 type algorithm interface {
 	// validate reports what is wrong with l's algorithm parameters, naming
-	// the field. Window and Algorithm are already valid.
+	// the field. Window and Algorithm are already valid, and Limit.Validate
+	// has refused the parameters its Traits do not take.
 	validate(l Limit) error
 	// capacity is the most hits l can ever admit at once (Limit.Capacity).
 	capacity(l Limit) uint64
@@ -160,7 +233,7 @@ const MaxCount = 1 << 52
 // "algorithm(N)" for a number that names none.
 func (a Algorithm) String() string {
 	if int(a) < len(algorithms) {
-		return algorithms[a].name
+		return algorithms[a].Name
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
@@ -170,7 +243,7 @@ func (a Algorithm) String() string {
 // string is not a spelling: callers map an unset field to the zero value.
 func ParseAlgorithm(s string) (Algorithm, bool) {
 	for i := range algorithms {
-		if algorithms[i].name == s {
+		if algorithms[i].Name == s {
 			return Algorithm(i), true
 		}
 	}

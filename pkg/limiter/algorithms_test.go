@@ -12,8 +12,8 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// This file checks every algorithm against the Result contract (DESIGN.md
-// sections 3 and 7) on states reached by random traffic: RetryAfter,
+// This file checks every algorithm against the Result contract (Result's
+// and Store's docs) on states reached by random traffic: RetryAfter,
 // Remaining and ResetAfter are exact, and the algorithm's own bound holds in
 // every window.
 

@@ -178,8 +178,7 @@ func groupLeaders(hits []Hit, leader []int) []int {
 	return leader
 }
 
-// counterID is the identity of one counter, as DESIGN.md section 3 fixes it
-// (Hit documents it).
+// counterID is the identity of one counter, as Hit documents it.
 type counterID struct {
 	key    string
 	window time.Duration

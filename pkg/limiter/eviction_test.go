@@ -13,11 +13,11 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// TestMemoryStoreFloodKeepsHotKey is the regression test of issue 12 item 3:
-// a 50/minute key hit every 20 ms was admitted 277 and 624 times in ~16 s
-// while 2M distinct keys flooded the in-memory store, since eviction took the
-// counter closest to expiry, which a denied key (never rewritten) becomes at
-// each window boundary. Here 2M distinct keys (64 per request, each under
+// TestMemoryStoreFloodKeepsHotKey: a flood of new keys does not evict a hot
+// one. A 50/minute key hit every 20 ms was once admitted 277 and 624 times in
+// ~16 s while 2M distinct keys flooded the in-memory store, since eviction
+// took the counter closest to expiry, which a denied key (never rewritten)
+// becomes at each window boundary. Here 2M distinct keys (64 per request, each under
 // 1000 a minute) flood a store capped at 64Ki counters while the hot key is
 // hit every 20 ms for 16 s of the test clock, across a minute boundary: it
 // must be admitted exactly as often as on a store without the flood, which is
@@ -170,7 +170,7 @@ func TestMemoryStoreNeverEvictsAFullCounterForAnEmptyOne(t *testing.T) {
 }
 
 // TestMemoryStoreCounterSize holds DefaultMaxCounters' doc to the heap a
-// counter costs (issue 12 item 9: it said 100 bytes, a counter took 190 to
+// counter costs (it once said 100 bytes, a counter took 190 to
 // 360): 64Ki counters of one sub-window and 16-byte keys, counted apart from
 // the keys, take about 210 bytes each, at most 250 (the map's growth steps
 // vary it).

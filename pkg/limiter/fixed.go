@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -12,24 +11,14 @@ import (
 // (section 3's all or nothing), so a client that keeps retrying is admitted
 // again at the next window; on any sequence of single hits inside one window
 // both give the same codes. It lets up to twice the limit through across a
-// window boundary, which is why it is not the default. Its Lua twin is the
-// fixed_window section of pkg/redis/limiter.lua.
+// window boundary, which is why it is not the default. Its Lua twin is
+// pkg/redis/lua/fixed.lua.
 //
 // Its State: At is the window index i = floor(now_ms / w), N1 the count.
 type fixedWindow struct{}
 
-func (fixedWindow) validate(l Limit) error { return noParameters(l) }
-
-// noParameters refuses the parameters of other algorithms on l.
-func noParameters(l Limit) error {
-	if l.Burst != 0 {
-		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only token_bucket has)", l.Burst, l.Algorithm)
-	}
-	if l.SubWindows != 0 {
-		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only sliding_window has)", l.SubWindows, l.Algorithm)
-	}
-	return nil
-}
+// validate: a fixed window takes no parameter (its Traits say so).
+func (fixedWindow) validate(Limit) error { return nil }
 
 func (fixedWindow) capacity(l Limit) uint64 { return l.Requests }
 

@@ -66,11 +66,11 @@ const DefaultSubWindows = 50
 // MaxSubWindows is the largest SubWindows.
 const MaxSubWindows = 60
 
-// SubWindowCount returns the number of sub-windows l's counter keeps: for a
-// SlidingWindow, SubWindows, 1 when it is zero; 0 for every other
-// algorithm. Stores put it in the counter's identity.
+// SubWindowCount returns the number of sub-windows l's counter keeps: for an
+// algorithm whose Traits take SubWindows (SlidingWindow), SubWindows, 1
+// when it is zero; 0 for every other algorithm. Stores put it in the counter's identity.
 func (l Limit) SubWindowCount() int64 {
-	if l.Algorithm != SlidingWindow {
+	if !l.Algorithm.Traits().SubWindows {
 		return 0
 	}
 	return max(int64(l.SubWindows), 1)
@@ -78,7 +78,8 @@ func (l Limit) SubWindowCount() int64 {
 
 // Validate returns an error naming the field when l cannot be evaluated: an
 // Algorithm that is not registered, a Window that is not a positive whole
-// number of milliseconds, or a parameter that l's algorithm refuses.
+// number of milliseconds, a parameter that l's algorithm does not take (its
+// Traits), or one that its algorithm refuses.
 func (l Limit) Validate() error {
 	if !l.Algorithm.valid() {
 		return fmt.Errorf("limiter: algorithm: unknown algorithm %v", l.Algorithm)
@@ -86,7 +87,38 @@ func (l Limit) Validate() error {
 	if l.Window <= 0 || l.Window%time.Millisecond != 0 {
 		return fmt.Errorf("limiter: window: %v is not a positive whole number of milliseconds", l.Window)
 	}
+	t := algorithms[l.Algorithm].Traits
+	switch {
+	case l.Burst != 0 && !t.Burst:
+		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only %s has)", l.Burst, l.Algorithm,
+			algorithmList(func(t Traits) bool { return t.Burst }))
+	case l.SubWindows != 0 && !t.SubWindows:
+		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only %s has)", l.SubWindows, l.Algorithm,
+			algorithmList(func(t Traits) bool { return t.SubWindows }))
+	case l.Overdraw && !t.Overdraw:
+		return fmt.Errorf("limiter: overdraw: %v keeps one entry per admitted hit and cannot overdraw", l.Algorithm)
+	case t.MaxRequests > 0 && l.Requests > t.MaxRequests:
+		return fmt.Errorf("limiter: requests: %d is over %d, the most a %v counts (it keeps one entry per hit)",
+			l.Requests, t.MaxRequests, l.Algorithm)
+	}
 	return algorithms[l.Algorithm].validate(l)
+}
+
+// algorithmList spells the algorithms whose Traits has as "a, b or c".
+func algorithmList(has func(Traits) bool) string {
+	all := AlgorithmsWith(has)
+	s := ""
+	for i, a := range all {
+		switch {
+		case i == 0:
+		case i == len(all)-1:
+			s += " or "
+		default:
+			s += ", "
+		}
+		s += a.String()
+	}
+	return s
 }
 
 // Capacity returns the most hits l can ever admit at once: Burst (default

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -46,19 +45,9 @@ type slidingLog struct {
 	release releaseOrder
 }
 
-func (a slidingLog) validate(l Limit) error {
-	if err := noParameters(l); err != nil {
-		return err
-	}
-	if l.Overdraw {
-		return fmt.Errorf("limiter: overdraw: %v keeps one entry per admitted hit and cannot overdraw", l.Algorithm)
-	}
-	if l.Requests > MaxLogRequests {
-		return fmt.Errorf("limiter: requests: %d is over %d, the most a %v counts (it keeps one entry per hit)",
-			l.Requests, MaxLogRequests, l.Algorithm)
-	}
-	return nil
-}
+// validate: the logs take no parameter, no overdraw and at most
+// MaxLogRequests (their Traits say so).
+func (slidingLog) validate(Limit) error { return nil }
 
 func (slidingLog) capacity(l Limit) uint64 { return l.Requests }
 

@@ -5,9 +5,9 @@ import (
 	"math"
 )
 
-// slidingWindow is the sliding window counter of DESIGN.md section 3, the
-// default algorithm; its Lua twin is the sliding_window section of
-// pkg/redis/limiter.lua.
+// slidingWindow is the sliding window counter (the estimate of Algorithm's
+// SlidingWindow), the default algorithm; its Lua twin is
+// pkg/redis/lua/sliding.lua.
 //
 // Its State: At is the index i = floor(now_ms / w) of the current fixed
 // window, N1 (cur) the hits in window i and N2 (prev) those in window i-1.
@@ -30,9 +30,6 @@ import (
 type slidingWindow struct{}
 
 func (slidingWindow) validate(l Limit) error {
-	if l.Burst != 0 {
-		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only token_bucket has)", l.Burst, l.Algorithm)
-	}
 	w := l.Window.Milliseconds()
 	switch n := int64(l.SubWindows); {
 	case n > MaxSubWindows:

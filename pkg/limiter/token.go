@@ -11,8 +11,8 @@ import (
 // bucket is full again. A request of n hits is admitted iff the bucket holds
 // n tokens: max(TAT, now) + n*W/R - now <= B*W/R; then TAT grows by n*W/R. So
 // it never admits more than B + R*t/W hits in any interval of t ms, and its
-// Retry-After is the exact time until n tokens are back. Its Lua twin is the
-// token_bucket section of pkg/redis/limiter.lua.
+// Retry-After is the exact time until n tokens are back. Its Lua twin is
+// pkg/redis/lua/token.lua.
 //
 // W/R is rarely a whole number of ms, so the arithmetic is exact in integers
 // on a finer clock: with g = gcd(R, W), R' = R/g and W' = W/g, one token is
@@ -48,9 +48,6 @@ func gcd(a, b uint64) uint64 {
 }
 
 func (tokenBucket) validate(l Limit) error {
-	if l.SubWindows != 0 {
-		return fmt.Errorf("limiter: sub_windows: %d on %v, which has no sub-windows (only sliding_window has)", l.SubWindows, l.Algorithm)
-	}
 	if l.Requests > MaxCount || l.Burst > MaxCount {
 		return fmt.Errorf("limiter: requests: %d requests and a burst of %d: both must be at most 2^52", l.Requests, l.Burst)
 	}

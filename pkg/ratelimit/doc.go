@@ -21,10 +21,10 @@
 //     one response headers report) and Retry-After, metrics and debug logs.
 //
 // It imports pkg/descriptors (the config model) and pkg/limiter (the store
-// and its algorithms) and no Envoy proto, gRPC or HTTP package: DESIGN.md
-// section 1, checked by a test.
+// and its algorithms) and no Envoy proto, gRPC or HTTP package, so every
+// front end shares one decision (a test checks it).
 //
-// # Decisions that extend DESIGN.md
+// # Decisions Envoy's protocol leaves open
 //
 //   - A limit override applies when the domain is known, whether or not a
 //     rule matches, and is never in shadow mode (as in envoyproxy/ratelimit).

@@ -31,7 +31,7 @@ const maxKeyValue = 128
 // override, which counts in a counter of its own (never the configured
 // limit's), identified by the entries alone: the store adds the window and
 // the algorithm, and the override's requests_per_unit is left out, so a
-// changed override keeps its count (DESIGN.md section 5).
+// changed override keeps its count.
 func counterKey(domain string, entries []descriptors.Entry, rule *descriptors.Rule, override bool) string {
 	n := len(domain) + 12
 	for _, e := range entries {

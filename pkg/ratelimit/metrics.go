@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/shortval"
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // DefaultNearLimitRatio is the share of a limit above which an admitted hit
@@ -198,7 +197,7 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 		ls := &st.Limits[i]
 		rule, fixed := metricRule(dom.Name, st, ls.Limit, entries)
 		if st.Refund {
-			m.observeRefund(dom.Name, rule, fixed, st.Hits, ls.Limit.Algorithm == limiter.Concurrency)
+			m.observeRefund(dom.Name, rule, fixed, st.Hits, ls.Limit.Algorithm.Traits().InFlight)
 			continue
 		}
 		m.observe(dom.Name, rule, fixed, st.Hits, ls.Result.Allowed, st.Shadow, ls.Result.Remaining, uint64(ls.Limit.RequestsPerUnit))
@@ -228,7 +227,8 @@ func (m *Metrics) observe(domain, rule string, fixed bool, hits uint64, allowed,
 }
 
 // observeRefund records hits given back to a limit: released slots of a
-// concurrency limit, refunded hits of any other.
+// limit that counts requests in flight (limiter.Traits.InFlight: a
+// concurrency limit), refunded hits of any other.
 func (m *Metrics) observeRefund(domain, rule string, fixed bool, hits uint64, release bool) {
 	var rc *ruleCounters
 	if fixed {

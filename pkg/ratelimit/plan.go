@@ -41,12 +41,12 @@ func plan(d *Decision, req *Request, sc *scratch, overdrawDefault bool) []limite
 }
 
 // overdraw is l's overdraw: its config's, else the service's default for
-// the algorithms that can overdraw.
+// the algorithms that can overdraw (limiter.Traits.Overdraw).
 func overdraw(l *descriptors.Limit, def bool) bool {
 	if l.Overdraw != nil {
 		return *l.Overdraw
 	}
-	return def && l.Algorithm != limiter.SlidingLog && l.Algorithm != limiter.Concurrency
+	return def && l.Algorithm.Traits().Overdraw
 }
 
 // hitsAddend follows RateLimitDescriptor.hits_addend and

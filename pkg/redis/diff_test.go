@@ -62,7 +62,7 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 		}
 		st := limiter.State{}
 		for _, z := range zs {
-			if z.Score > 0 { // not a tombstone (limiter.lua)
+			if z.Score > 0 { // not a tombstone (lua/log.lua)
 				st.Slots = append(st.Slots, int64(z.Score))
 			}
 		}
@@ -90,7 +90,7 @@ func readString(t testing.TB, c goredis.UniversalClient, key string, parse func(
 	return st, true
 }
 
-// parseFixed reads a fixed window's string (limiter.lua): '<dd', the window
+// parseFixed reads a fixed window's string (lua/fixed.lua): '<dd', the window
 // index and the count, both whole, the count more than 0 (an empty counter
 // is deleted).
 func parseFixed(v string) (limiter.State, error) {
@@ -106,7 +106,7 @@ func parseFixed(v string) (limiter.State, error) {
 	return limiter.State{At: int64(i), N1: uint64(c)}, nil
 }
 
-// parseToken reads a token bucket's string (limiter.lua): '<ddd', t, f and
+// parseToken reads a token bucket's string (lua/token.lua): '<ddd', t, f and
 // d, whole numbers below 2^53, not all 0 (a full bucket is deleted).
 func parseToken(v string) (limiter.State, error) {
 	if len(v) != 24 {
@@ -126,7 +126,7 @@ func parseToken(v string) (limiter.State, error) {
 }
 
 // parsePacked reads the packed string of a sliding window of n sub-windows
-// (limiter.lua): n slots of w bytes, slot i the count of sub-window at - i,
+// (lua/sliding_sub.lua): n slots of w bytes, slot i the count of sub-window at - i,
 // then the head: the sub-window at, the total, at's count, w and a salt
 // byte. It checks the layout, that w holds every slot and that the total is
 // the sum. A stored string is never stale (the script

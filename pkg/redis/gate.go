@@ -29,44 +29,40 @@ const stallQuiet = 200 * time.Millisecond
 // limiter.ErrStoreUnavailable, so the domain's failure mode answers.
 var errShed = fmt.Errorf("%w: not sent to redis", limiter.ErrStoreUnavailable)
 
-// gate admits the script calls of decisions to one Redis node, so that load
-// is shed before Redis, not after (issue 12 item 6):
+// gate admits the script calls of one Redis node, so that load is shed
+// before Redis, not after. The node already keeps its calls in flight under
+// its connection pool (node.flying), so go-redis never queues a call for a
+// connection and the gate has no queue of its own; what it adds:
 //
-//   - At most cap(slots) calls are in flight, the node's connection pool
-//     size, so go-redis never queues a decision for a connection; a decision
-//     waits here instead, and only while its deadline still leaves a round
-//     trip (the moving average of measured ones, at least minRoundTrip).
-//     One that cannot be sent in time is answered at once (errShed), never
-//     sent: a call sent too late times out in flight, is answered by the
-//     failure mode anyway, and may still run in Redis and count. (A call
-//     with time left but less than the estimate still goes when no other
-//     call is in flight, so that the estimate is measured again.) A call
-//     that the calls waiting ahead would keep waiting for twice its budget
-//     is answered at once; the factor 2 because an estimate measured in a
-//     burst runs high, and must not shed calls the slots would serve.
-//   - When a call times out in flight and the node has answered nothing
-//     since it was sent, nor for stallQuiet, the node is stalled (paused,
-//     hung, partitioned): no decision is sent to it, and each is answered at
-//     once, until a PING, at most one at a time, is answered. (What runs
-//     late after a stall is bounded anyway: a script goes only on a
-//     connection made before it, since a new one waits for the handshake
-//     reply (HELLO, with go-redis's default RESP3) first; so at most the
-//     pool's connections, one script each.)
+//   - Deadline shedding: a call whose deadline leaves less than a round trip
+//     (the moving average of measured ones, at least minRoundTrip) is
+//     answered at once (errShed), never sent: a call sent too late times out
+//     in flight, is answered by the failure mode anyway, and may still run in
+//     Redis and count. A call with time left but less than the estimate still
+//     goes when no other call is in flight, so that the estimate is measured
+//     again.
+//   - Stall detection: when a call times out in flight and the node has
+//     answered nothing since it was sent, nor for stallQuiet, the node is
+//     stalled (paused, hung, partitioned): no decision is sent to it, and
+//     each is answered at once, until a PING, at most one at a time, is
+//     answered. (What runs late after a stall is bounded anyway: a script
+//     goes only on a connection made before it, since a new one waits for
+//     the handshake reply (HELLO, with go-redis's default RESP3) first; so at
+//     most the node's calls in flight, one script each.)
 //
 // Refunds and the checks of a denied Cluster request bypass the gate: they
-// are retried or read nothing (limiter.lua's modes "u" and "c").
+// are retried or read nothing (the script's undo and check entries).
 type gate struct {
-	slots     chan struct{}
+	flying    atomic.Int32 // calls in flight
 	rtt       atomic.Int64 // moving average of round trips, ns; 0 before the first reply
 	lastReply atomic.Int64 // Unix ns of the last reply from the node
-	waiting   atomic.Int64 // calls waiting for a slot
 	stalled   atomic.Bool
 	probing   atomic.Bool
 	ping      func(ctx context.Context) error
 }
 
-func newGate(size int, ping func(ctx context.Context) error) *gate {
-	return &gate{slots: make(chan struct{}, max(size, 1)), ping: ping}
+func newGate(ping func(ctx context.Context) error) *gate {
+	return &gate{ping: ping}
 }
 
 // roundTrip is the time a call is expected to take: the moving average of
@@ -85,79 +81,42 @@ func (g *gate) measured(rt time.Duration) {
 	g.rtt.Store(int64(old + (rt-old)/8))
 }
 
-// enter takes a slot for one call under ctx, waiting at most until ctx's
-// deadline leaves less than a round trip. It returns when the call may be
-// sent (then leave must follow), or an error wrapping errShed when it must
-// not be, or ctx's error.
+// enter admits one call under ctx. It returns when the call may be sent
+// (then leave or release must follow), or an error wrapping errShed when
+// it must not be: the node is stalled, or ctx's deadline leaves less than
+// a round trip while another call is in flight (with none, a call goes with
+// any time left: it is what measures the round trip again, so a high
+// estimate cannot shed every call for good).
 func (g *gate) enter(ctx context.Context) (time.Time, error) {
 	if g.stalled.Load() {
 		return time.Time{}, fmt.Errorf("%w: the node answered nothing since a call timed out (a PING is under way)", errShed)
 	}
 	need := g.roundTrip()
-	dl, hasDL := ctx.Deadline()
-	if err := g.take(ctx, need, dl, hasDL); err != nil {
-		return time.Time{}, err
-	}
-	// With no other call in flight, a call goes even with less than the
-	// estimate left (not with none): it is what measures the round trip
-	// again, so a high estimate cannot shed every call for good.
-	if left := time.Until(dl); hasDL && (left <= 0 || left < need && len(g.slots) > 1) {
-		<-g.slots
-		err := fmt.Errorf("%w: the deadline leaves %v, less than a round trip (%v)",
-			errShed, left.Round(time.Microsecond), need.Round(time.Microsecond))
-		if left <= 0 {
-			err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+	others := g.flying.Add(1) - 1
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left <= 0 || left < need && others > 0 {
+			g.flying.Add(-1)
+			err := fmt.Errorf("%w: the deadline leaves %v, less than a round trip (%v)",
+				errShed, left.Round(time.Microsecond), need.Round(time.Microsecond))
+			if left <= 0 {
+				err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+			}
+			return time.Time{}, err
 		}
-		return time.Time{}, err
 	}
 	return time.Now(), nil
 }
 
-// take takes a slot, waiting while every one is busy, at most until ctx's
-// deadline leaves less than a round trip (need): then it returns an error
-// wrapping errShed. A call that would wait far longer than that, by the
-// calls waiting ahead of it (about cap(slots) served per round trip: twice
-// its budget), is answered at once instead of at its deadline.
-func (g *gate) take(ctx context.Context, need time.Duration, dl time.Time, hasDL bool) error {
-	select {
-	case g.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	var timeout <-chan time.Time
-	if hasDL {
-		ahead := g.waiting.Add(1) - 1
-		defer g.waiting.Add(-1)
-		budget := time.Until(dl) - need
-		if wait := time.Duration(ahead/int64(cap(g.slots))+1) * need; wait > 2*budget {
-			return fmt.Errorf("%w: all %d connections busy and %d calls ahead: a slot in about %v, past the deadline",
-				errShed, cap(g.slots), ahead, wait.Round(time.Microsecond))
-		}
-		t := time.NewTimer(budget)
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case g.slots <- struct{}{}:
-		return nil
-	case <-timeout:
-		return fmt.Errorf("%w: all %d connections busy until the deadline left less than a round trip (%v)",
-			errShed, cap(g.slots), need.Round(time.Microsecond))
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// release ends an enter that sent nothing (every waiter left meanwhile),
+// measuring nothing.
+func (g *gate) release() { g.flying.Add(-1) }
 
-// release gives back the slot of an enter that sent nothing (every waiter
-// left meanwhile), measuring nothing.
-func (g *gate) release() { <-g.slots }
-
-// leave frees the slot of a call sent at start that ended with err, and
+// leave ends the enter of a call sent at start that ended with err, and
 // learns from it: a reply (err nil or a Redis error reply) updates the
 // round trip estimate and clears a stall; a timeout with no reply from the
 // node since start, nor for stallQuiet, marks it stalled.
 func (g *gate) leave(start time.Time, err error) {
-	<-g.slots
+	g.flying.Add(-1)
 	now := time.Now()
 	if err == nil || isReply(err) {
 		g.replied(now)

@@ -42,7 +42,7 @@ func scriptCalls(t *testing.T, addr string) int {
 	return n
 }
 
-// TestShedBeforeRedis is the regression test of issue 12 item 6 in the
+// TestShedBeforeRedis: load is shed before Redis, not after, in the
 // Store: with a pool of 2 connections and Redis paused (SIGSTOP), of 10
 // concurrent decisions 2 go to Redis (and time out), the other 8 are
 // answered without being sent; once the node is known stalled, a decision
@@ -114,11 +114,11 @@ func TestShedBeforeRedis(t *testing.T) {
 }
 
 // TestGateEstimate: the round trip estimate starts at minRoundTrip and
-// moves an eighth of the way to each measure; a call waiting for a slot is
-// shed when its deadline leaves less than a round trip, and at once when
-// the wait would pass twice its budget.
+// moves an eighth of the way to each measure; a call whose deadline leaves
+// less than a round trip is shed at once while another call is in flight,
+// and goes when none is (it measures the round trip again).
 func TestGateEstimate(t *testing.T) {
-	g := newGate(2, func(context.Context) error { return nil })
+	g := newGate(func(context.Context) error { return nil })
 	if got := g.roundTrip(); got != minRoundTrip {
 		t.Errorf("roundTrip() = %v before any reply, want %v", got, minRoundTrip)
 	}
@@ -128,30 +128,32 @@ func TestGateEstimate(t *testing.T) {
 		t.Errorf("roundTrip() = %v after one 8.1 ms reply, want %v", got, want)
 	}
 
-	// Both slots busy, a 10 ms round trip, a deadline 300 ms away: enter
-	// waits until the deadline leaves less than a round trip, then sheds;
-	// the call is never sent.
+	// A 10 ms round trip, a deadline 5 ms away: with a call in flight the
+	// call is shed at once, never sent; with none it goes.
 	g.rtt.Store(int64(10 * time.Millisecond))
-	g.slots <- struct{}{}
-	g.slots <- struct{}{}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
-	start := time.Now()
-	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) < 250*time.Millisecond {
-		t.Errorf("enter behind 2 busy slots = %v after %v, want errShed when the deadline leaves less than a round trip (290 ms)", err, time.Since(start))
+	first, err := g.enter(ctx)
+	if err != nil {
+		t.Fatalf("enter with no call in flight and 5 ms left of a 10 ms round trip = %v, want it sent", err)
 	}
-	// A 1 s round trip and a deadline 1.2 s away: waiting a round trip for
-	// a slot would pass twice the 0.2 s budget, so enter sheds at once.
-	g.rtt.Store(int64(time.Second))
-	ctx, cancel = context.WithTimeout(context.Background(), 1200*time.Millisecond)
-	defer cancel()
-	start = time.Now()
+	start := time.Now()
 	if _, err := g.enter(ctx); !errors.Is(err, errShed) || time.Since(start) > 100*time.Millisecond {
-		t.Errorf("enter with no hope of a slot in time = %v after %v, want errShed at once", err, time.Since(start))
+		t.Errorf("enter beside a call in flight with 5 ms left of a 10 ms round trip = %v after %v, want errShed at once", err, time.Since(start))
+	}
+	g.leave(first, nil)
+	if n := g.flying.Load(); n != 0 {
+		t.Errorf("%d calls in flight after the one sent left, want 0", n)
+	}
+	// A deadline already passed: never sent, even alone.
+	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	if _, err := g.enter(ctx); !errors.Is(err, errShed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("enter past its deadline = %v, want errShed wrapping context.DeadlineExceeded", err)
 	}
 }
 
-// TestRefundWarnings is the regression test of issue 12 item 5: every
+// TestRefundWarnings holds the refund warnings to failures: once every
 // successful Cluster refund logged "refund failed" (its integer reply was
 // read as a list). Refunds that succeed log nothing; refunds that fail are
 // retried and logged at most once per interval, with the count of failed

@@ -24,10 +24,10 @@ const MaxPlainKey = 256
 //	prefix "{" algorithm ":" window_ms ":h:" hex(sha256(Key)) "}" otherwise
 //
 // for example "sluice:{swd50:60000:k:\x03api...}". algorithm is the
-// algorithm's code, followed by packedLayout when the counter is a packed
-// string (see packedLayout) and, for a sliding window of N > 1
-// sub-windows, N ("swd20"), since N is part of the counter's identity and
-// of its layout. The braces are the Cluster
+// algorithm's code (limiter.Traits.Code), followed by packedLayout when the
+// counter is a packed string (limiter.Traits.Packed, and every counter of
+// N > 1 sub-windows) and, for N > 1 sub-windows, N ("swd20"), since N is
+// part of the counter's identity and of its layout. The braces are the Cluster
 // hash tag: it holds the whole counter identity (Key, window, algorithm), so a
 // counter is one slot. escaped replaces "%" with "%25" and "}" with "%7D" and
 // keeps every other byte (binary safe), so no "}" appears inside the tag and
@@ -44,11 +44,12 @@ func counterKey(prefix string, h limiter.Hit) string {
 	b.Grow(n)
 	b.WriteString(prefix)
 	b.WriteByte('{')
-	b.WriteString(algorithmCode(h.Limit.Algorithm))
+	t := h.Limit.Algorithm.Traits()
+	b.WriteString(t.Code)
 	if n := h.Limit.SubWindowCount(); n > 1 {
 		b.WriteString(packedLayout)
 		b.Write(strconv.AppendInt(make([]byte, 0, 2), n, 10))
-	} else if a := h.Limit.Algorithm; a == limiter.FixedWindow || a == limiter.TokenBucket {
+	} else if t.Packed {
 		b.WriteString(packedLayout)
 	}
 	b.WriteByte(':')
@@ -92,7 +93,7 @@ func escapedLen(s string) int {
 }
 
 // packedLayout marks the keys of counters that are one packed string
-// (limiter.lua), read by the call's one MGET: sliding windows of N > 1
+// (lua/fixed.lua, token.lua, sliding_sub.lua), read by the call's one MGET: sliding windows of N > 1
 // sub-windows (N slots as narrow as their counts, and a head: "swd50"),
 // fixed windows ("fwd": window index and count) and token buckets ("tbd":
 // the bucket's t, f and d). The layouts they replaced were hashes ("sw50",
@@ -101,26 +102,6 @@ func escapedLen(s string) int {
 // the old layout never meets a key of the wrong type) and expire by their
 // TTL (within two windows; a token bucket's when it is full again).
 const packedLayout = "d"
-
-// algorithmCodes spells each algorithm inside keys, indexed by
-// limiter.Algorithm. Each algorithm has its own code, so its counters never
-// share a key with another's; a code never changes once keys exist under it.
-var algorithmCodes = [...]string{
-	limiter.SlidingWindow: "sw",
-	limiter.TokenBucket:   "tb",
-	limiter.FixedWindow:   "fw",
-	limiter.SlidingLog:    "sl",
-	limiter.Concurrency:   "cc",
-}
-
-// algorithmCode is a's code in keys: its entry in algorithmCodes, else "a"
-// and its number (a test requires an entry for every algorithm).
-func algorithmCode(a limiter.Algorithm) string {
-	if int(a) < len(algorithmCodes) && algorithmCodes[a] != "" {
-		return algorithmCodes[a]
-	}
-	return "a" + strconv.Itoa(int(a))
-}
 
 // cleanPrefix returns the prefix to use: DefaultPrefix for "", else p with
 // "{" and "}" percent-escaped, since a brace in the prefix would move the

@@ -27,7 +27,7 @@ const heatSlots = 4096
 
 // leases is the hot-key tier of a Store (the seeds' local + global tier): for
 // a counter that is hot on this instance, the script grants a block of
-// permits from the shared budget at once (limiter.lua's leases: counted in
+// permits from the shared budget at once (lua/run.lua's leases: counted in
 // Redis at once, in the current window or sub-window), and the Store spends
 // them in memory until they run out or that (sub-)window ends, so the fleet
 // total never exceeds the limit. What it costs is fairness: permits this
@@ -60,8 +60,13 @@ type leases struct {
 	n  atomic.Int32 // len(m)
 
 	// back gives back the unspent permits of expired leases, in the
-	// background (Store.giveBackLater).
+	// background (giveBackLater; tests replace it).
 	back func([]*entry)
+
+	run    func(ctx context.Context, es []*entry) []error // leaseOptions.run
+	log    *zap.Logger
+	giving sync.WaitGroup // permits given back in the background, and the sweep
+	stop   chan struct{}  // ends sweep
 }
 
 // lease is one counter's permits on this instance.
@@ -79,7 +84,29 @@ type lease struct {
 	reset   time.Time     // when the counter is back to its capacity, on clock
 }
 
-func newLeases(rate float64, span time.Duration, clock func() time.Time) *leases {
+// hitDecider is the layer leases decorate: it decides hits on their
+// counters keys in Redis, with ask permits more for a lease on a single
+// hit, and returns their Results and the entry of the first slot (its reply
+// holds the lease's grant).
+type hitDecider interface {
+	applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, *entry, error)
+}
+
+// leaseOptions configures newLeases.
+type leaseOptions struct {
+	rate  float64       // Options.LeaseRate
+	span  time.Duration // Options.LeaseSpan
+	clock func() time.Time
+	// run sends undo entries at once, bypassing the nodes' queues (the
+	// decider's runDirect), to give permits back.
+	run func(ctx context.Context, es []*entry) []error
+	log *zap.Logger
+}
+
+// newLeases returns the lease tier, nil when o.rate is negative (off). Its
+// sweep runs until close.
+func newLeases(o leaseOptions) *leases {
+	rate, span := o.rate, o.span
 	if rate == 0 {
 		rate = DefaultLeaseRate
 	}
@@ -89,16 +116,20 @@ func newLeases(rate float64, span time.Duration, clock func() time.Time) *leases
 	if rate < 0 {
 		return nil
 	}
-	return &leases{rate: uint32(max(rate, 1)), span: span, clock: clock, seed: maphash.MakeSeed(),
-		m: make(map[string]*lease)}
+	ls := &leases{rate: uint32(max(rate, 1)), span: span, clock: o.clock, seed: maphash.MakeSeed(),
+		m: make(map[string]*lease), run: o.run, log: o.log, stop: make(chan struct{})}
+	ls.back = ls.giveBackLater
+	ls.giving.Go(func() { ls.sweep(ls.stop) })
+	return ls
 }
 
 // leasable reports whether h can be served from a lease: an enforced
 // increment (not shadow, refund, quota or overdraw, whose meanings need
-// Redis) of a fixed or sliding window, whose hits fit the limit.
+// Redis) of an algorithm that leases (limiter.Traits.Lease: the fixed and
+// sliding windows), whose hits fit the limit.
 func leasable(h limiter.Hit) bool {
 	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && h.Hits > 0 && h.Hits <= h.Limit.Requests &&
-		(h.Limit.Algorithm == limiter.SlidingWindow || h.Limit.Algorithm == limiter.FixedWindow)
+		h.Limit.Algorithm.Traits().Lease
 }
 
 // take counts a decision on key and, when key holds permits for h's hits,
@@ -273,8 +304,8 @@ func (ls *leases) granted(l *lease, e *entry, r limiter.Result, sent time.Time) 
 		return
 	}
 	sub := l.spec.window
-	if l.spec.alg == byte(limiter.SlidingWindow) {
-		sub /= float64(l.spec.subs)
+	if l.spec.subs > 0 {
+		sub /= float64(l.spec.subs) // an algorithm of sub-windows (limiter.Traits.SubWindows)
 	}
 	// The permits may be spent until the (sub-)window that counted them
 	// ends, measured from when the call was sent (Redis's clock read it
@@ -319,36 +350,60 @@ func (ls *leases) unspent() []*entry {
 	return es
 }
 
+// apply decides hits, one leasable hit on the counter keys[0]: from the
+// counter's lease when that holds the permits, else by below (in Redis),
+// asking for a lease when the counter is hot and no other request is
+// asking.
+func (ls *leases) apply(ctx context.Context, hits []limiter.Hit, keys []string, below hitDecider) ([]limiter.Result, error) {
+	r, spent, ask, l := ls.take(keys[0], hits[0])
+	if spent {
+		return []limiter.Result{r}, nil
+	}
+	if l == nil {
+		results, _, err := below.applyHits(ctx, hits, keys, 0)
+		return results, err
+	}
+	sent := ls.clock()
+	results, e, err := below.applyHits(ctx, hits, keys, ask)
+	if err != nil || !results[0].Allowed {
+		ls.abandon(l)
+		return results, err
+	}
+	ls.granted(l, e, results[0], sent)
+	return results, nil
+}
+
 // giveBackLater gives back es, unspent permits, in the background, within
 // closeRefundTimeout. One that fails leaves its permits counted until their
 // window passes: fewer admitted, never more.
-func (s *Store) giveBackLater(es []*entry) {
-	s.giving.Go(func() { s.sendBack(es, closeRefundTimeout) })
+func (ls *leases) giveBackLater(es []*entry) {
+	ls.giving.Go(func() { ls.sendBack(es, closeRefundTimeout) })
 }
 
 // sendBack sends es, the undo entries of unspent permits, within timeout,
 // and logs those that failed (their permits stay counted until their window
 // passes).
-func (s *Store) sendBack(es []*entry, timeout time.Duration) {
+func (ls *leases) sendBack(es []*entry, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for i, err := range s.runDirect(ctx, es) {
+	for i, err := range ls.run(ctx, es) {
 		if err != nil {
-			s.log.Warn("unspent leased permits not given back; they count until their window passes",
+			ls.log.Warn("unspent leased permits not given back; they count until their window passes",
 				zap.String("key", es[i].keys[0]), zap.Float64("permits", es[i].undo[1]), zap.Error(err))
 		}
 	}
 }
 
-// giveBack returns the unspent permits of every lease (Close), waiting at
-// most timeout, after those given back in the background.
-func (s *Store) giveBack(timeout time.Duration) {
-	if s.leases == nil {
+// close stops the sweep and returns the unspent permits of every lease
+// (Store.Close), waiting at most timeout, after those given back in the
+// background. A nil ls (leases off) does nothing.
+func (ls *leases) close(timeout time.Duration) {
+	if ls == nil {
 		return
 	}
-	close(s.stopSweep)
-	s.giving.Wait()
-	if es := s.leases.unspent(); len(es) > 0 {
-		s.sendBack(es, timeout)
+	close(ls.stop)
+	ls.giving.Wait()
+	if es := ls.unspent(); len(es) > 0 {
+		ls.sendBack(es, timeout)
 	}
 }

@@ -224,8 +224,8 @@ func urlError(raw string, err error) error {
 //
 // go-redis has one logger per process, not one per client, so this sets
 // process-wide state, which a library must not do behind its caller's back:
-// only main calls it, once, before Open (STYLE.md: only main replaces
-// globals). Without it go-redis writes those messages to stderr itself.
+// only main calls it, once, before Open (only main replaces process-wide
+// state). Without it go-redis writes those messages to stderr itself.
 func SetClientLogger(log *zap.Logger) {
 	if log == nil {
 		log = zap.NewNop()

@@ -14,9 +14,9 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// TestClusterRefundsUnderLoad is the regression test of issue 12 item 4:
-// refunds had a fresh 15 ms deadline and were lost under load (100 callers,
-// hits 2, 3 and 5: a sibling counter reached 315 where 15 were admitted). A
+// TestClusterRefundsUnderLoad: refunds are never lost under load. They once
+// had a fresh 15 ms deadline and were lost (100 callers, hits 2, 3 and 5: a
+// sibling counter reached 315 where 15 were admitted). A
 // request counts [parent][sibling][tight] in three slots on three masters,
 // tight (30 an hour) decided last, so every denial refunds the two others.
 // The round trip that refunds a denial is given 100 µs here, so that most
@@ -100,8 +100,8 @@ func refundRequest(s *Store, names []string, hits uint64) []limiter.Hit {
 	return []limiter.Hit{hour(names[0], 1_000_000), hour(names[1], 1_000_000), hour(names[2], 30)}
 }
 
-// TestClusterKnownDenialWithAShardDown is the regression test of issue 12
-// item 2: with one master of a private Cluster down, a request that another
+// TestClusterKnownDenialWithAShardDown: a known denial is the answer: with
+// one master of a private Cluster down, a request that another
 // slot denies is OVER_LIMIT, whether the denying slot is decided before the
 // unreachable one or after it, and the unreachable slot's Results say
 // nothing; a request on the unreachable slot alone is an error.

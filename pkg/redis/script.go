@@ -3,19 +3,54 @@ package redis
 import (
 	"context"
 	"crypto/sha1"
-	_ "embed"
+	"embed"
 	"encoding/hex"
+	"fmt"
+	"io/fs"
 	"strings"
 	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-//go:embed limiter.lua
-var scriptBody string
+// luaFiles holds the script's parts (lua/header.lua says what each does).
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-// The limiter script reaches Redis in one of two forms (limiter.lua's
-// header): a function library, loaded once per node with FUNCTION LOAD and
+// scriptBody is the limiter script: luaProtocol, then lua/header.lua, the
+// algorithms' files in name order and lua/run.lua, joined at build time into
+// one chunk (each part's locals are seen by the parts after it).
+var scriptBody = joinScript()
+
+// joinScript joins the script's parts.
+func joinScript() string {
+	files, err := fs.Glob(luaFiles, "lua/*.lua")
+	if err != nil {
+		panic("redis: " + err.Error()) // the pattern is valid
+	}
+	parts := []string{"lua/header.lua"}
+	for _, f := range files {
+		if f != "lua/header.lua" && f != "lua/run.lua" {
+			parts = append(parts, f) // fs.Glob sorts by name
+		}
+	}
+	var b strings.Builder
+	b.WriteString(luaProtocol())
+	for _, f := range append(parts, "lua/run.lua") {
+		src, err := luaFiles.ReadFile(f)
+		if err != nil {
+			panic("redis: the limiter script's part " + f + " is missing: " + err.Error()) // a build without it
+		}
+		b.WriteString("\n")
+		b.Write(src)
+	}
+	return b.String()
+}
+
+// The limiter script reaches Redis in one of two forms (lua/header.lua): a function library, loaded once per node with FUNCTION LOAD and
 // called with FCALL (Redis 7 and later), whose helper functions are then
 // created once instead of on every call; or a script run with EVALSHA (EVAL
 // on NOSCRIPT), for a Redis without functions or a user refused them. The
@@ -118,4 +153,29 @@ func (k *caller) run(ctx context.Context, c scriptClient, keys []string, args []
 func notLoaded(err error) bool {
 	return err != nil && (goredis.HasErrorPrefix(err, "NOSCRIPT") ||
 		isReply(err) && strings.Contains(err.Error(), "Function not found"))
+}
+
+// luaProtocol is the script's first part: layout's constants as Lua
+// locals, and ALGORITHMS, limiter's registry as the script needs it (each
+// algorithm's number and whether it leases, by config spelling), under
+// which each algorithm's file registers itself.
+func luaProtocol() string {
+	var b strings.Builder
+	b.WriteString("-- The protocol, written by protocol.go from its layout table: do not edit.\n")
+	for _, c := range layout {
+		switch v := c.value.(type) {
+		case string:
+			fmt.Fprintf(&b, "local %s = '%s'\n", c.lua, v)
+		default:
+			fmt.Fprintf(&b, "local %s = %d\n", c.lua, v)
+		}
+	}
+	b.WriteString("local ALGORITHMS = {\n")
+	for _, a := range limiter.Algorithms() {
+		t := a.Traits()
+		fmt.Fprintf(&b, "  %s = { number = %d, lease = %t },\n", t.Name, a, t.Lease)
+	}
+	b.WriteString("}\n")
+	fmt.Fprintf(&b, "local NALGORITHMS = %d\n", len(limiter.Algorithms()))
+	return b.String()
 }

@@ -2,11 +2,8 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
-	"slices"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -82,7 +79,7 @@ type Options struct {
 // calls are in flight per Redis node, and the decisions that arrive
 // meanwhile wait and go together in the next one, one script call per
 // Cluster slot deciding each of them, one after another, each all or
-// nothing on its own (limiter.lua), the calls to one node in one pipeline.
+// nothing on its own (lua/run.lua), the calls to one node in one pipeline.
 // A decision with no call in flight goes at once. So the script's fixed
 // cost and the round trip are paid once per call, not per decision, and a
 // counter that several decisions of a call share is read and written once.
@@ -109,26 +106,17 @@ type Options struct {
 // the failure mode answers. What it cannot undo: a call already sent when
 // its node stalls may still run once the node resumes, after its decisions
 // were answered by the failure mode (at most CallsInFlight calls per node).
+//
+// It is composed of layers, each reached by the one above through a few
+// methods: the lease tier (leases, lease.go: a decorator on the single-hit
+// path), the decider (cluster.go: slot groups, settling and refunds), the
+// nodes (node.go: coalesced calls, stall detection, deadline shedding) and
+// the wire protocol (protocol.go), around one script (lua/).
 type Store struct {
-	c       Client
-	cluster *goredis.ClusterClient // nil unless on a Cluster
-	prefix  string
-	timeout time.Duration
-	now     func() time.Time
-	log     *zap.Logger
-	flying  int
-	// settleTimeout bounds the round trip that refunds a denied Cluster
-	// request, CallTimeout unless a test shortens it (to make refunds miss
-	// it and be retried).
-	settleTimeout time.Duration
-	caller        caller
-	node          *node    // standalone and Sentinel: the one node
-	nodes         sync.Map // Cluster: master address -> *node
-	probes        sync.WaitGroup
-	refunds       *refunder
-	leases        *leases        // nil when off
-	giving        sync.WaitGroup // permits given back in the background, and the sweep
-	stopSweep     chan struct{}  // ends leases.sweep
+	c      Client
+	prefix string
+	*decider
+	leases *leases // nil when off
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -139,49 +127,33 @@ var _ limiter.Store = (*Store)(nil)
 // ContextTimeoutEnabled and, for a script call never to be sent twice,
 // MaxRetries -1 (Open does both).
 func New(c Client, o Options) *Store {
-	s := &Store{
-		c:       c,
-		prefix:  cleanPrefix(o.Prefix),
-		timeout: o.CallTimeout,
-		now:     o.Now,
-		log:     o.Logger,
-		flying:  o.CallsInFlight,
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
 	}
-	s.cluster, _ = c.(*goredis.ClusterClient)
-	if s.timeout <= 0 {
-		s.timeout = DefaultCallTimeout
+	d := &decider{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight}
+	d.cluster, _ = c.(*goredis.ClusterClient)
+	if d.timeout <= 0 {
+		d.timeout = DefaultCallTimeout
 	}
-	s.settleTimeout = s.timeout
-	if s.log == nil {
-		s.log = zap.NewNop()
+	d.settleTimeout = d.timeout
+	if d.flying <= 0 {
+		d.flying = DefaultCallsInFlight
 	}
-	if s.flying <= 0 {
-		s.flying = DefaultCallsInFlight
-	}
-	if s.cluster == nil {
+	if d.cluster == nil {
 		poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default
 		if sc, ok := c.(*goredis.Client); ok {
 			poolSize = sc.Options().PoolSize
 		}
-		s.node = s.newNode(c, poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+		d.node = d.newNode(c, poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
 	}
-	s.refunds = newRefunder(s.runDirect, s.log)
+	d.refunds = newRefunder(d.runDirect, log)
 	clock := time.Now
-	if s.now != nil {
-		clock = s.now
+	if o.Now != nil {
+		clock = o.Now
 	}
-	s.leases = newLeases(o.LeaseRate, o.LeaseSpan, clock)
-	if s.leases != nil {
-		s.leases.back = s.giveBackLater
-		s.stopSweep = make(chan struct{})
-		s.giving.Go(func() { s.leases.sweep(s.stopSweep) })
-	}
-	return s
-}
-
-func (s *Store) newNode(c scriptClient, poolSize int, ping func(ctx context.Context) error) *node {
-	return &node{c: c, gate: newGate(poolSize, ping), caller: &s.caller, probes: &s.probes, now: s.now,
-		flying: max(min(s.flying, poolSize), 1)}
+	return &Store{c: c, prefix: cleanPrefix(o.Prefix), decider: d,
+		leases: newLeases(leaseOptions{rate: o.LeaseRate, span: o.LeaseSpan, clock: clock, run: d.runDirect, log: log})}
 }
 
 // PingTimeout bounds Ping. It is longer than a decision's CallTimeout so a
@@ -229,21 +201,11 @@ const closeRefundTimeout = time.Second
 // logged), then closes the client. Apply must not be
 // called after Close.
 func (s *Store) Close() error {
-	s.giveBack(closeRefundTimeout)
+	s.leases.close(closeRefundTimeout)
 	s.refunds.close(closeRefundTimeout)
 	err := s.c.Close()
 	s.probes.Wait()
 	return err
-}
-
-// group is the part of one request that one script entry decides: hits
-// whose counters share a Cluster slot (on a standalone Redis, all of them).
-type group struct {
-	slot     int
-	hits     []int // indices into the request's hits
-	e        *entry
-	replied  bool // e holds the reply of an apply or check
-	admitted bool
 }
 
 // Apply implements limiter.Store: it evaluates every hit, each by its
@@ -263,7 +225,7 @@ type group struct {
 // trip under ctx, and the slots that admitted are refunded exactly what they
 // consumed, in the background: a refund is idempotent (a marker key names
 // it), so it is retried until Redis answers it, for up to RefundHorizon, and
-// never applied twice (see limiter.lua's undo). Between a slot's consumption
+// never applied twice (see lua/run.lua's undoEntry). Between a slot's consumption
 // and its refund other requests see the consumption and may be denied by it;
 // deciding the slots in one fixed order keeps that rare, since a slot only
 // ever sees requests that every earlier slot admitted.
@@ -297,235 +259,10 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	}
 	keys := s.keysOf(hits)
 	if s.leases != nil && len(hits) == 1 && leasable(hits[0]) {
-		return s.applyLeased(ctx, hits, keys)
+		return s.leases.apply(ctx, hits, keys, s.decider)
 	}
 	results, _, err := s.applyHits(ctx, hits, keys, 0)
 	return results, err
-}
-
-// applyLeased decides hits, one leasable hit on the counter keys[0]: from
-// the counter's lease when that holds the permits, else in Redis, asking
-// for a lease when the counter is hot and no other request is asking.
-func (s *Store) applyLeased(ctx context.Context, hits []limiter.Hit, keys []string) ([]limiter.Result, error) {
-	r, spent, ask, l := s.leases.take(keys[0], hits[0])
-	if spent {
-		return []limiter.Result{r}, nil
-	}
-	if l == nil {
-		results, _, err := s.applyHits(ctx, hits, keys, 0)
-		return results, err
-	}
-	sent := s.leases.clock()
-	results, groups, err := s.applyHits(ctx, hits, keys, ask)
-	if err != nil || !results[0].Allowed {
-		s.leases.abandon(l)
-		return results, err
-	}
-	s.leases.granted(l, groups[0].e, results[0], sent)
-	return results, nil
-}
-
-// applyHits decides hits, on the counters keys, in Redis (see Apply) and
-// returns their Results and the groups that decided them. With ask > 0,
-// hits is one hit that asks for ask permits more (limiter.lua's leases).
-func (s *Store) applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, []*group, error) {
-	dl := time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	groups, quotaSplit := s.splitKeys(hits, keys)
-	if ask > 0 {
-		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
-	}
-	admitted, err := s.decide(ctx, dl, groups)
-	if err != nil {
-		return nil, nil, err
-	}
-	results := make([]limiter.Result, len(hits))
-	fillAll(results, groups, admitted)
-	if admitted && quotaSplit && !limiter.MarkOverLimit(hits, results) {
-		// The quota group, spread over slots that each admitted it, denies:
-		// take back what every slot consumed.
-		s.settle(ctx, dl, groups, nil, true)
-		admitted = false
-		fillAll(results, groups, false)
-	}
-	limiter.MarkOverLimit(hits, results)
-	return results, groups, nil
-}
-
-// decide runs the groups' apply entries one after another, in order, until
-// dl, and reports whether all of them admitted. When one denies, it settles
-// the request (refunds the earlier groups, reads the later ones) under a
-// fresh CallTimeout; when one fails, it settles it until dl and returns the
-// failure, unless a later group denies.
-func (s *Store) decide(ctx context.Context, dl time.Time, groups []*group) (bool, error) {
-	for j, g := range groups {
-		if err := s.apply(ctx, dl, g); err != nil {
-			if s.settle(ctx, dl, groups[:j], groups[j+1:], false) {
-				return false, nil // a known denial is the answer
-			}
-			return false, err
-		}
-		if !g.admitted {
-			s.settle(ctx, dl, groups[:j], groups[j+1:], true)
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// apply decides g's apply entry on its node, until dl, and records the
-// reply. A call that a Cluster node refused because the slot moved did not
-// run: it is sent once more, to the slot's new master.
-func (s *Store) apply(ctx context.Context, dl time.Time, g *group) error {
-	err := s.run(ctx, dl, g.slot, g.e)
-	if errors.Is(err, errMoved) && s.cluster != nil {
-		s.cluster.ReloadState(ctx)
-		err = s.run(ctx, dl, g.slot, g.e)
-	}
-	if err != nil {
-		return err
-	}
-	g.replied, g.admitted = true, g.e.admitted
-	return nil
-}
-
-// run decides e (of slot) on the node that serves it and waits for it
-// until dl.
-func (s *Store) run(ctx context.Context, dl time.Time, slot int, e *entry) error {
-	n, err := s.nodeFor(ctx, dl, e.keys[0])
-	if err != nil {
-		return err
-	}
-	return n.submit(dl, e, slot).wait(ctx, dl)
-}
-
-// settle finishes a Cluster request that will not be admitted: in one
-// round trip it refunds what the groups in refund consumed and reads the
-// groups in checks without consuming (kind check, for their Results), and
-// reports whether one of checks denies. It runs under a fresh CallTimeout
-// when fresh (a denial: the Results are the answer, and the refunds should
-// land before it), else until dl if time is left (a failure: the answer is
-// the failure mode's, now). A refund that is not answered, or that goes to
-// a stalled node, is left to the refunder, which retries it until answered;
-// a group that is not read keeps no reply, so its Results say nothing (see
-// fillAll).
-func (s *Store) settle(ctx context.Context, dl time.Time, refund, checks []*group, fresh bool) (denies bool) {
-	rctx := ctx
-	if fresh {
-		rctx, dl = context.WithoutCancel(ctx), time.Now().Add(s.settleTimeout)
-	}
-	over := func() bool { return rctx.Err() != nil || !time.Now().Before(dl) }
-	type sent struct {
-		p *pending
-		g *group // a check's group; nil for a refund
-		e *entry
-	}
-	var all []sent
-	for _, g := range refund {
-		u, ok := s.undoEntry(g)
-		if !ok {
-			continue
-		}
-		n, err := s.nodeFor(rctx, dl, u.keys[0])
-		if err != nil || over() || n.gate.stalled.Load() {
-			s.refunds.add(ctx, u)
-			continue
-		}
-		all = append(all, sent{p: n.submit(dl, u, g.slot), e: u})
-	}
-	for _, g := range checks {
-		n, err := s.nodeFor(rctx, dl, g.e.keys[0])
-		if err != nil || over() || n.gate.stalled.Load() {
-			continue
-		}
-		c := *g.e
-		c.kind, c.hr, c.kr = kindCheck, nil, nil
-		all = append(all, sent{p: n.submit(dl, &c, g.slot), g: g, e: &c})
-	}
-	for _, x := range all {
-		err := x.p.wait(rctx, dl)
-		switch {
-		case x.g == nil && err != nil:
-			// A call that outlasted the deadline may still write x.e's
-			// reply: the refunder gets the request alone. The marker makes
-			// the two runs one.
-			s.refunds.retried.Add(1)
-			s.refunds.add(ctx, x.e.request())
-		case x.g != nil && err == nil:
-			x.g.e.hr, x.g.e.kr, x.g.e.admitted = x.e.hr, x.e.kr, x.e.admitted
-			x.g.replied = true
-			denies = denies || !x.e.admitted
-		}
-	}
-	return denies
-}
-
-// nodeFor returns the node that serves key: the one node on a standalone or
-// Sentinel Redis, the slot's master on a Cluster (which may ask a node for
-// the Cluster's slots, until dl unless it is zero).
-func (s *Store) nodeFor(ctx context.Context, dl time.Time, key string) (*node, error) {
-	if s.cluster == nil {
-		return s.node, nil
-	}
-	if !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
-	c, err := s.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: find the master of a slot: %w", limiter.ErrStoreUnavailable, err)
-	}
-	addr := c.Options().Addr
-	if n, ok := s.nodes.Load(addr); ok && n.(*node).c == scriptClient(c) {
-		return n.(*node), nil
-	}
-	n := s.newNode(c, c.Options().PoolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
-	if old, loaded := s.nodes.LoadOrStore(addr, n); loaded && old.(*node).c == scriptClient(c) {
-		return old.(*node), nil
-	}
-	s.nodes.Store(addr, n) // a new client for the address (the cluster reconnected)
-	return n, nil
-}
-
-// runDirect decides es now, bypassing the nodes' queues and gates (the
-// refunder's path): grouped by node, one pipeline per node, in parallel.
-// It returns each entry's error.
-func (s *Store) runDirect(ctx context.Context, es []*entry) []error {
-	errs := make([]error, len(es))
-	byNode := map[*node][]int{}
-	for i, e := range es {
-		n, err := s.nodeFor(ctx, time.Time{}, e.keys[0])
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		byNode[n] = append(byNode[n], i)
-	}
-	var wg sync.WaitGroup
-	for n, idx := range byNode {
-		wg.Go(func() {
-			ps := make([]*pending, len(idx))
-			for j, i := range idx {
-				ps[j] = &pending{e: es[i], slot: s.slotOf(es[i].keys[0])}
-			}
-			for j, err := range runEntries(ctx, n.c, n.caller, n.clock(), ps) {
-				errs[idx[j]] = err
-			}
-		})
-	}
-	wg.Wait()
-	return errs
-}
-
-// slotOf is key's Cluster slot, 0 on a standalone Redis.
-func (s *Store) slotOf(key string) int {
-	if s.cluster == nil {
-		return 0
-	}
-	return slot(key)
 }
 
 // split builds one group per slot (one group in all on a standalone Redis),
@@ -543,160 +280,4 @@ func (s *Store) keysOf(hits []limiter.Hit) []string {
 		keys[i] = counterKey(s.prefix, h)
 	}
 	return keys
-}
-
-// splitKeys is split with the hits' counter keys (keysOf) already made.
-func (s *Store) splitKeys(hits []limiter.Hit, keys []string) (groups []*group, quotaSplit bool) {
-	n := len(hits)
-	// first[i]: the first hit on hits[i]'s key; by first hit: inc, the
-	// largest non-refund Hits on the key (what it grows by), and kidx, the
-	// key's index in its group's entry.
-	ints := make([]int, 2*n)
-	first, kidx := firstOfKey(keys, ints[:n]), ints[n:]
-	inc := make([]uint64, n)
-	quotaGroup := -1
-	for i, h := range hits {
-		if !h.Refund {
-			inc[first[i]] = max(inc[first[i]], h.Hits)
-		}
-		g := s.groupOf(&groups, keys[i], n)
-		if first[i] == i {
-			kidx[i] = len(g.e.keys)
-			g.e.keys = append(g.e.keys, keys[i])
-			g.e.specs = append(g.e.specs, specOf(h.Limit))
-		}
-		g.hits = append(g.hits, i)
-		if h.Quota && !h.Shadow && !h.Refund {
-			quotaSplit = quotaSplit || quotaGroup >= 0 && quotaGroup != g.slot
-			quotaGroup = g.slot
-		}
-	}
-	for _, g := range groups {
-		g.e.full = len(groups) > 1
-		g.e.hits = make([]hitArg, len(g.hits))
-		for j, i := range g.hits {
-			h := hits[i]
-			g.e.hits[j] = hitArg{key: kidx[first[i]], requests: float64(h.Limit.Requests), burst: float64(h.Limit.Burst),
-				hits: float64(h.Hits), flags: flags(h, inc[first[i]], quotaSplit)}
-		}
-	}
-	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
-	return groups, quotaSplit
-}
-
-// groupOf returns the group of key's slot from *groups, adding it if new.
-func (s *Store) groupOf(groups *[]*group, key string, hits int) *group {
-	sl := s.slotOf(key)
-	for _, g := range *groups {
-		if g.slot == sl {
-			return g
-		}
-	}
-	g := &group{slot: sl, hits: make([]int, 0, hits),
-		e: &entry{kind: kindApply, keys: make([]string, 0, hits), specs: make([]keySpec, 0, hits)}}
-	*groups = append(*groups, g)
-	return g
-}
-
-// flags returns the script's flags for h, whose key grows by inc.
-func flags(h limiter.Hit, inc uint64, quotaSplit bool) byte {
-	var f byte
-	if h.Refund {
-		f |= flagRefund
-	}
-	if h.Shadow || h.Quota && quotaSplit {
-		f |= flagShadow
-	}
-	if !h.Refund && !h.Limit.Overdraw && inc > h.Limit.Capacity() {
-		f |= flagExceeds
-	}
-	if h.Limit.Overdraw {
-		f |= flagOverdraw
-	}
-	if h.Quota {
-		f |= flagQuota
-	}
-	return f
-}
-
-// firstOfKey writes into first (len(keys)) the index of the first key equal
-// to each key, and returns it.
-func firstOfKey(keys []string, first []int) []int {
-	if len(keys) <= 16 {
-		for i, k := range keys {
-			first[i] = i
-			for j := range i {
-				if keys[j] == k {
-					first[i] = j
-					break
-				}
-			}
-		}
-		return first
-	}
-	seen := make(map[string]int, len(keys))
-	for i, k := range keys {
-		if j, ok := seen[k]; ok {
-			first[i] = j
-		} else {
-			seen[k] = i
-			first[i] = i
-		}
-	}
-	return first
-}
-
-// undoEntry returns the undo entry that takes back what g's apply
-// consumed, under a marker of its own, and false when there is nothing to
-// take back (g did not admit, or its tokens say it changed nothing).
-func (s *Store) undoEntry(g *group) (*entry, bool) {
-	if !g.admitted || !g.replied {
-		return nil, false
-	}
-	e := g.e
-	u := &entry{kind: kindUndo, ttl: float64(RefundMarkerTTL.Milliseconds()),
-		keys:  append(slices.Clip(e.keys), e.keys[0]+":u:"+s.refunds.ids.next()),
-		specs: append(slices.Clip(e.specs), keySpec{alg: markerAlgorithm}), undo: make([]float64, 0, 2*len(e.keys))}
-	changed := false
-	for _, t := range e.kr {
-		changed = changed || t.u2 != 0
-		u.undo = append(u.undo, t.u1, t.u2)
-	}
-	return u, changed
-}
-
-// fillAll fills the Results of every group, as fill does. The Results of a
-// group without a reply (a denied Cluster request's slot that could not be
-// read) say nothing: Allowed, the rest zero.
-func fillAll(results []limiter.Result, groups []*group, admitted bool) {
-	for _, g := range groups {
-		if !g.replied {
-			for _, i := range g.hits {
-				results[i] = limiter.Result{Allowed: true}
-			}
-			continue
-		}
-		fill(results, g, admitted)
-	}
-}
-
-// fill writes the Results of g's hits (OverLimit aside), picking the
-// counters' state after consumption when the whole request was admitted and
-// before it otherwise. A remaining converts from its double as
-// limiter.Evaluate converts its float64.
-func fill(results []limiter.Result, g *group, admitted bool) {
-	for j, i := range g.hits {
-		v := g.e.hr[j]
-		rem, reset := v.remDenied, v.resetDenied
-		if admitted {
-			rem, reset = v.remAdmitted, v.resetAdmitted
-		}
-		results[i] = limiter.Result{
-			Allowed:      v.allowed,
-			ExceedsLimit: v.exceeds,
-			Remaining:    uint64(rem),
-			ResetAfter:   time.Duration(reset) * time.Millisecond,
-			RetryAfter:   time.Duration(v.retry) * time.Millisecond,
-		}
-	}
 }

@@ -594,7 +594,7 @@ func TestTTLEveryAlgorithm(t *testing.T) {
 }
 
 // TestSubWindowSlotsWiden drives one sub-window counter through counts that
-// need 1, 2, 4 and 8 bytes a slot (limiter.lua's sliding_window section):
+// need 1, 2, 4 and 8 bytes a slot (lua/sliding_sub.lua):
 // each count moves into the slots a sub-window later, the string widens to
 // hold it, and the total, the Result and the stored slots stay exact.
 func TestSubWindowSlotsWiden(t *testing.T) {

@@ -93,8 +93,9 @@ type bucket struct {
 }
 
 // bind resolves b's policy in cfg from its bucket id and attaches it to the
-// groups of its rule's shared limits, one per limit (a concurrency limit
-// counts requests in flight, which Envoy does not report: it has none). It
+// groups of its rule's shared limits, one per limit whose algorithm can be
+// shared (limiter.Traits.Shares: a concurrency limit counts requests in
+// flight, which Envoy does not report, so it has none). It
 // returns the claims of the groups b left that no bucket of the stream
 // counts in any more, to release.
 func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *descriptors.Domain, id map[string]string) []limiter.Claim {
@@ -104,7 +105,7 @@ func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *desc
 	if b.policy == policyShare {
 		key := ratelimit.CounterKey(dom.Name, entries, rule)
 		for _, l := range rule.Limits {
-			if l.Algorithm == limiter.Concurrency {
+			if !l.Algorithm.Traits().Shares {
 				continue
 			}
 			// A rule's limits differ by window or algorithm.
@@ -115,7 +116,7 @@ func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *desc
 				st.groups[gid] = g
 			}
 			g.claim.Limit, g.burst = uint64(l.RequestsPerUnit), 0
-			if l.Algorithm == limiter.TokenBucket {
+			if l.Algorithm.Traits().Burst {
 				g.burst = uint64(cmp.Or(l.Burst, l.RequestsPerUnit))
 			}
 			gs = append(gs, g)
@@ -163,7 +164,7 @@ func (s *Service) policyOf(rule *descriptors.Rule) policy {
 		if l.RequestsPerUnit == 0 {
 			return policyDeny
 		}
-		shared = shared || l.Algorithm != limiter.Concurrency
+		shared = shared || l.Algorithm.Traits().Shares
 	}
 	if !shared {
 		return policyAllow // requests in flight only: nothing Envoy can enforce

@@ -15,7 +15,7 @@
 // (cmd/server). Imports point one way: cmd/server -> pkg/rls ->
 // pkg/ratelimit -> {pkg/descriptors, pkg/limiter}.
 //
-// # Decisions that extend DESIGN.md
+// # Decisions Envoy's protocol leaves open
 //
 //   - Shadow-mode limits are reported in statuses as OK with their real
 //     limit_remaining, and never appear in the response headers, since

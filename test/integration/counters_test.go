@@ -61,7 +61,7 @@ func keyHolding(t *testing.T, addrs []string, prefix, s string) string {
 // counted returns the hits a sliding or fixed window counter holds, 0 when
 // the key is missing: with one sub-window the sum of its hash's counts (cur
 // and prev, all but the index "i"); with several the running total of its
-// packed string (pkg/redis's limiter.lua: a little-endian double in its
+// packed string (pkg/redis's lua/sliding_sub.lua: a little-endian double in its
 // head); a fixed window's count (the second double of its string). A run
 // shorter than the window loses none. addrs are tried in turn (a Cluster
 // key lives on one master).

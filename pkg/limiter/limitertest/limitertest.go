@@ -799,7 +799,7 @@ func overdrawn(hits []limiter.Hit, id counterID) bool {
 	return false
 }
 
-// testOverdraw is the token budget of issue 13: check (hits 0), report the
+// testOverdraw is the token budget of overdraw limits: check (hits 0), report the
 // tokens used; a report is counted even when it takes the counter over, so
 // the next check is denied; another tenant is unaffected; a request denied
 // by another limit still counts its overdraw hits (and only those).

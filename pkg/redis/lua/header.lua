@@ -1,0 +1,160 @@
+-- Sluice's limiter: every algorithm of pkg/limiter, the Lua twin of
+-- limiter.Evaluate, joined at build time (script.go) from these files, in
+-- this order: the protocol (made by protocol.go from its layout table, so
+-- both sides read one definition), this header, one file per algorithm
+-- named like its Go twin (concurrency, fixed, log, sliding, sliding_sub,
+-- token: in name order, any order works), and run.lua, which decides a
+-- call. A file's locals are seen by the files after it.
+--
+-- One call decides a batch: several independent requests (entries) that
+-- concurrent decisions of one Sluice instance share, each all or nothing on
+-- its own, one after another, as if each were its own call at the same
+-- instant. Each hit is decided by its own algorithm's file, which does the
+-- same float64 operations in the same order as its Go file (every Lua
+-- number is a double), so both twins give the same answers bit for bit; a
+-- differential test checks it, one request per call and several.
+--
+-- KEYS are every key of the batch once (counters, and the markers of undo
+-- entries), ARGV[1] now in Unix ms or "" for Redis TIME, ARGV[2] each key's
+-- spec, ARGV[3] the entries; the reply is one string, the clock then each
+-- entry's reply. protocol.go defines every layout (the F_ formats).
+--
+-- Atomic: Redis runs a script to completion with no other command in
+-- between, so every entry reads, decides and writes its counters as one
+-- indivisible step, whichever service instance sends it. Every key the
+-- script touches is in KEYS, and all KEYS share one Cluster slot (the caller
+-- batches per slot).
+--
+-- Loaded as a library (FUNCTION LOAD, Redis 7+) and called by FCALL, its
+-- functions are created once, at load; run by EVALSHA (older Redis, or when
+-- FUNCTION is refused), the whole text runs on every call. Either way a
+-- call pays for what it runs, so the hot path avoids calls into C (each
+-- costs about as much as twenty Lua instructions): the arguments and the
+-- reply are binary strings read and written by struct in the layouts of
+-- protocol.go, flags are read with %, and the counters of a batch are each
+-- read once and written once.
+--
+-- Clock: one now for the whole batch, Redis TIME unless ARGV[1] gives one
+-- (tests only). A counter's state is read on the batch's first use of it,
+-- rolled to now once, changed in memory by each entry in turn, and written
+-- at the end if it changed, with the TTL of its expiry (at most two windows
+-- away for the windows and logs, when the bucket is full again for a token
+-- bucket); a state that becomes empty is deleted, so no key exists without a
+-- TTL. What a denied entry sees is never written (overdraw hits aside).
+--
+-- An algorithm's file implements, on its state (s1, s2, s3: limiter.State's
+-- At, N1, N2, or what the file says), with w the window in ms, L the
+-- requests and B the burst of a hit (the key's first hit in consume) and N
+-- the key's sub-windows (for the logs: 1 when a refund releases the oldest
+-- entries, 0 the newest):
+--   load(key, w, N) -> o1, o2, o3, exists: the stored state (0, 0, 0 for
+--     none);
+--   parse(value, N) -> as load, from the value of GET (only for a state
+--     that is one string: run reads them all with one MGET);
+--   roll(o1, o2, o3, w, N) -> s1, s2, s3: the state at now (the Go twin's
+--     roll);
+--   decide(s1, s2, s3, w, L, n, B, N) -> ok, retry_ms;
+--   consume(key, s1, s2, s3, w, L, inc, dec, B, N) -> s1, s2, s3, u1, u2:
+--     the Go twin's consume, and the undo token;
+--   report(s1, s2, s3, w, L, allowed, B, N) -> remaining (0 unless allowed),
+--     reset_after_ms (the Go twin's report);
+--   store(key, w, N, s1, s2, s3, o1, o2, o3, exists): write s over o, only
+--     what changed, with its TTL, or delete an empty state;
+--   undo(key, s1, s2, s3, w, N, u1, u2) -> s1, s2, s3, changed (0 or 1)
+-- and registers them with register, under its config spelling; the
+-- protocol's ALGORITHMS (from limiter's registry) gives its number and
+-- traits.
+--
+-- A counter's key may hold what no file wrote: another type, or a string
+-- of another layout (a stray value under Sluice's prefix, or a build of
+-- another layout). load and parse read it as no counter and store writes
+-- over it (or load deletes it), rather than fail the call, which decides
+-- other requests too.
+
+local TOMB = 1000
+
+-- The library functions the hot path calls, bound by run on its first call
+-- (a library being loaded may not touch struct).
+local spack, sunpack, floor, min, max, fmt, sub, byte
+
+-- now is the batch's clock, set by run.
+local now = 0
+
+-- The tables run works in, made once when the library loads and reused by
+-- every call (tables made per call cost, with their collection, more than
+-- the decisions of a small batch; EVALSHA runs the whole text per call and
+-- so makes them per call). Only indices a call sets first are read, and run
+-- resets those it reads before setting (KA, ox, dirty, mark) for its keys.
+-- Per key: algorithm, window, sub-windows; stored state (o1-o3, ox: 0 until
+-- loaded); current state (s1-s3); dirty (to store); per entry (see run)
+-- the entry that last marked it and its growth, lease and first hit.
+local KA, KW, KN, o1, o2, o3, ox, s1, s2, s3, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local mark, inc, dec, odi, ask, first = {}, {}, {}, {}, {}, {}
+-- Per hit of an entry and per key of an entry (see run); the reply's parts;
+-- prefetch's keys.
+local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local ek, tu1, tu2, tg, out = {}, {}, {}, {}, {}
+local pidx, pnames = {}, {}
+
+-- ALG is the algorithms by limiter.Algorithm number, as the files register
+-- them.
+local ALG = {}
+
+-- FIELDS is what an algorithm's table may hold (a library being loaded
+-- may not call pairs, so register copies these by name).
+local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'oldest', 'like' }
+
+-- register makes A the algorithm of the config spelling name, with the
+-- traits limiter's registry gives it (lease). With variant, A is the
+-- variant of N > 1 sub-windows of that algorithm. A may name, as like,
+-- another algorithm whose functions it takes for those it lacks (resolved
+-- on the first call, so that the files may come in any order).
+local function register(name, A, variant)
+  local t = ALGORITHMS[name]
+  if not t then
+    error('sluice: ' .. name .. ' is not in limiter\'s registry')
+  end
+  A.lease = t.lease
+  local R = ALG[t.number] or {}
+  ALG[t.number] = R
+  if variant then
+    R.sub = A
+    return
+  end
+  for i = 1, #FIELDS do
+    R[FIELDS[i]] = A[FIELDS[i]]
+  end
+  R.lease = t.lease
+end
+
+-- resolve gives each algorithm registered like another the other's
+-- functions that it lacks.
+local function resolve()
+  for n = 0, NALGORITHMS - 1 do
+    local A = ALG[n]
+    if A and A.like then
+      local L = ALG[ALGORITHMS[A.like].number]
+      for i = 1, #FIELDS do
+        local f = FIELDS[i]
+        if A[f] == nil then
+          A[f] = L[f]
+        end
+      end
+      A.like = nil
+    end
+  end
+end
+
+-- idiv is floor(a / b) for whole a >= 0 and b > 0 below 2^53, exact even
+-- where the double division rounds (the Go twins divide in integers). The
+-- window index of a clock is idiv(now, w).
+local function idiv(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    return q - 1
+  elseif r >= b then
+    return q + 1
+  end
+  return q
+end

@@ -1,0 +1,163 @@
+-- sliding_log (limiter.SlidingLog; log.go), whose functions concurrency.lua
+-- takes: a sorted set per counter, one
+-- member per counted hit, scored by its time; members are "<time>:<index>",
+-- the index (4 digits, so that members of one time sort by it) one more than
+-- the largest of that time. The state is s1 = the key, s2 = the count in
+-- (now - w, now], s3 = the members changed by the last consume (so that a
+-- change shows even when the count does not); consume and undo change the
+-- set in place, store writes nothing.
+--
+-- A refund's removed members stay TOMB ms as tombstones, "~" and the member
+-- scored -now (below every live time, so no read sees them), so that an
+-- undo can put them back at their own times: the undo token is now and
+-- added * 4096 + removed (each at most MAXLOG).
+
+-- logTime is a member's score as a time: now for a score that is no
+-- finite number (a stray member's: +inf), so that it counts as a hit of
+-- now and leaves the log with it.
+local function logTime(score)
+  local t = tonumber(score)
+  if not t or t - t ~= 0 then
+    return now
+  end
+  return t
+end
+
+-- logNewest is the time of the newest live member of key (count > 0).
+local function logNewest(key)
+  local v = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'WITHSCORES', 'LIMIT', 0, 1)
+  return logTime(v[2])
+end
+
+local function logCount(key, w)
+  return redis.call('ZCOUNT', key, fmt('(%d', now - w), '+inf')
+end
+
+local function logLoad(key, w)
+  local n = redis.pcall('ZCOUNT', key, fmt('(%d', now - w), '+inf')
+  if type(n) == 'table' then
+    redis.call('DEL', key) -- not a sorted set
+    n = 0
+  end
+  return key, n, 0, true
+end
+
+local function logRoll(key, count)
+  return key, count, 0
+end
+
+local function logDecide(key, count, _, w, L, n)
+  if count + n <= L then
+    return true, 0
+  end
+  local v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - w), '+inf', 'WITHSCORES', 'LIMIT', count + n - L - 1, 1)
+  return false, logTime(v[2]) + w - now
+end
+
+-- logAdd adds n members at time t.
+local function logAdd(key, t, n)
+  local top = redis.call('ZREVRANGEBYSCORE', key, t, t, 'LIMIT', 0, 1)
+  local base = 0
+  if top[1] then
+    base = tonumber(string.match(top[1], ':(%d+)$')) + 1
+  end
+  local args = { 'ZADD', key }
+  for x = 0, n - 1 do
+    args[#args + 1] = fmt('%d', t)
+    args[#args + 1] = fmt('%d:%04d', t, base + x)
+  end
+  redis.call(unpack(args))
+end
+
+-- consume adds inc entries at now (the log holding at most MAXLOG), then
+-- removes dec: the newest (N = 0) or the oldest (N = 1).
+local function logConsume(key, _, count, _, w, _, inc, dec, _, N)
+  local cut = now - w
+  local gone = redis.call('ZREMRANGEBYSCORE', key, '0', fmt('%d', cut))
+  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -(now - TOMB)), '-1')
+  local add = min(inc, max(MAXLOG - count, 0))
+  if add > 0 then
+    logAdd(key, now, add)
+  end
+  local drop = min(dec, count + add)
+  if drop > 0 then
+    local v
+    if N == 1 then
+      v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', cut), '+inf', 'LIMIT', 0, drop)
+    else
+      v = redis.call('ZREVRANGEBYSCORE', key, '+inf', fmt('(%d', cut), 'LIMIT', 0, drop)
+    end
+    local tomb = { 'ZADD', key }
+    for x = 1, #v do
+      tomb[#tomb + 1] = fmt('%d', -now)
+      tomb[#tomb + 1] = '~' .. v[x]
+    end
+    redis.call('ZREM', key, unpack(v))
+    redis.call(unpack(tomb))
+  end
+  local c = count + add - drop
+  local ttl = TOMB
+  if c > 0 then
+    ttl = logNewest(key) + w - now
+    if drop > 0 then
+      ttl = max(ttl, TOMB)
+    end
+  end
+  if (c > 0 or drop > 0) and (gone > 0 or add > 0 or drop > 0) then
+    redis.call('PEXPIRE', key, fmt('%d', ttl))
+  end
+  return key, c, add + drop, now, add * 4096 + drop
+end
+
+local function logReport(key, count, _, w, L, allowed)
+  if count == 0 then
+    if allowed then
+      return L, 0
+    end
+    return 0, 0
+  end
+  local reset = logNewest(key) + w - now
+  if not allowed or count >= L then
+    return 0, reset
+  end
+  return L - count, reset
+end
+
+local function logStore()
+end
+
+-- undo puts back the members a consume at time t removed, then removes the
+-- ones it added (the newest of time t).
+local function logUndo(key, _, count, _, w, _, t, token)
+  if token == 0 then
+    return key, count, 0, 0
+  end
+  local add = floor(token / 4096)
+  local tombs = redis.call('ZRANGEBYSCORE', key, fmt('%d', -t), fmt('%d', -t))
+  if #tombs > 0 then
+    local back = { 'ZADD', key }
+    for x = 1, #tombs do
+      local m = sub(tombs[x], 2)
+      back[#back + 1] = string.match(m, '^(%-?%d+):')
+      back[#back + 1] = m
+    end
+    redis.call('ZREM', key, unpack(tombs))
+    redis.call(unpack(back))
+  end
+  if add > 0 then
+    local v = redis.call('ZREVRANGEBYSCORE', key, t, t, 'LIMIT', 0, add)
+    if #v > 0 then
+      redis.call('ZREM', key, unpack(v))
+    end
+  end
+  local c = logCount(key, w)
+  if c > 0 then
+    redis.call('PEXPIRE', key, fmt('%d', logNewest(key) + w - now))
+  else
+    redis.call('DEL', key)
+  end
+  return key, c, 0, 1
+end
+
+register('sliding_log', { load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume,
+  report = logReport, store = logStore, undo = logUndo })

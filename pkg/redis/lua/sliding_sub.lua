@@ -1,0 +1,309 @@
+-- sliding_window with N > 1 sub-windows (sliding_sub.go). The sub-window
+-- index is j = floor(now / s) with s = w / N. One string per counter: N
+-- slots, newest first, slot i the count of sub-window at - i, each W bytes
+-- (1, 2 or 4: an unsigned integer, little-endian; 8: a double), then the
+-- head '<dddBB': at (the sub-window of the state, s1), the total of all
+-- counts (s2), cur (the count of sub-window at, which may be 0), W and a
+-- salt byte. W holds every slot's count: 1 for a new string, wider when a
+-- count that moves into the slots needs it, narrowest again when a rare
+-- path (undo, widening) rebuilds the string whole. In memory
+-- s3 is that string; after a roll its head may be stale (at0 < at, d = at -
+-- at0 <= N): its slots and cur then describe sub-windows at0 - N .. at0,
+-- of which those older than at - N (slots N - d + 1 .. N) left the estimate
+-- (s2, the rolled total, no longer counts them). The total is never more
+-- than MAX (consume saturates it), so it is exact, and equal to the Go
+-- twin's sum oldest first.
+--
+-- Why this layout: Redis's Lua hashes every byte of every string it makes
+-- (the MGET's values, what struct.pack returns) and copies them byte by
+-- byte, so each decision's cost grows with the bytes of its counter: the
+-- slots are as narrow as their counts, and a decision makes one new string,
+-- the one it writes, with one struct.pack that copies the kept slots as a
+-- prefix of the old string ('c'). The salt, different from string to string,
+-- keeps strings that differ in few bytes from sharing a hash chain on a
+-- Lua whose hash samples bytes (upstream Lua 5.1).
+
+local SUBR = { [1] = '<B', [2] = '<H', [4] = '<I4', [8] = '<d' }
+local SUBW = { [1] = 'B', [2] = 'H', [4] = 'I4', [8] = 'd' }
+
+-- salt is the last byte of the next string written; SUBZERO is zero bytes
+-- to copy empty slots from (made by run with its bindings); SUBFMT caches
+-- pack formats.
+local salt, SUBZERO, SUBFMT = 0, nil, {}
+
+-- subWidth is W for a largest count c.
+local function subWidth(c)
+  if c < 256 then
+    return 1
+  elseif c < 65536 then
+    return 2
+  elseif c < 4294967296 then
+    return 4
+  end
+  return 8
+end
+
+-- subShift is the pack format of a string whose head moved d >= 1 sub-windows
+-- on from at0: d - 1 empty slots, slot d (at0's count), the first N - d of
+-- the old ones, then the head.
+local function subShift(W, N, d)
+  local key = W * 4096 + N * 64 + d
+  local f = SUBFMT[key]
+  if not f then
+    f = '<'
+    if d > 1 then
+      f = f .. 'c' .. (d - 1) * W
+    end
+    f = f .. SUBW[W]
+    if d < N then
+      f = f .. 'c' .. (N - d) * W
+    end
+    f = f .. 'dddBB'
+    SUBFMT[key] = f
+  end
+  return f
+end
+
+-- subSame is the pack format that keeps all N slots of width W.
+local function subSame(W, N)
+  local key = W * 4096 + N * 64
+  local f = SUBFMT[key]
+  if not f then
+    f = '<c' .. N * W .. 'dddBB'
+    SUBFMT[key] = f
+  end
+  return f
+end
+
+-- parse reads a stored string (false: none; one of another layout: none,
+-- written over); run reads every such key of the batch with one MGET (see
+-- prefetch), load one alone.
+local function subParse(v, N)
+  if not v then
+    return 0, 0, '', false
+  end
+  local W = #v > 26 and byte(v, #v - 1)
+  if not SUBW[W] or #v ~= N * W + 26 then
+    return 0, 0, '', true
+  end
+  local at, total = sunpack('<dd', v, #v - 25)
+  return at, total, v, true
+end
+
+local function subLoad(key, _, N)
+  return subParse(redis.call('GET', key), N)
+end
+
+-- subHead is a non-empty string's at0, cur and W.
+local function subHead(v)
+  local at0, _, cur, W = sunpack('<dddB', v, #v - 25)
+  return at0, cur, W
+end
+
+-- roll moves the state to sub-window j: the total loses the slots that
+-- left the estimate (older than j - N); the string stays as it is.
+local function subRoll(at, total, v, w, N)
+  local j = idiv(now, w / N)
+  if at == j or (at > j and total ~= 0) then
+    return at, total, v
+  elseif total == 0 or at > j or j - at > N then
+    return j, 0, ''
+  end
+  local W = byte(v, #v - 1)
+  local r = SUBR[W]
+  for i = N - (j - at) + 1, N do
+    total = total - sunpack(r, v, (i - 1) * W + 1)
+  end
+  if total == 0 then
+    return j, 0, ''
+  end
+  return j, total, v
+end
+
+-- decide admits n iff total + n <= L; otherwise the retry is the time until
+-- enough of the oldest sub-windows have left the estimate.
+local function subDecide(at, total, v, w, L, n, _, N)
+  if total + n <= L then
+    return true, 0
+  end
+  local s = w / N
+  local e = now - at * s
+  if e < 0 then
+    e = 0
+  end
+  if v == '' then
+    return false, (N + 1) * s - e
+  end
+  local at0, cur, W = subHead(v)
+  local r, rest = SUBR[W], total
+  for i = N - (at - at0), 1, -1 do
+    local c = sunpack(r, v, (i - 1) * W + 1)
+    if c ~= 0 then
+      rest = rest - c
+      if rest + n <= L then
+        return false, ((N - (at - at0 + i)) + 1) * s - e
+      end
+    end
+  end
+  if cur ~= 0 and rest - cur + n <= L then
+    return false, ((N - (at - at0)) + 1) * s - e
+  end
+  return false, (N + 1) * s - e
+end
+
+-- newest is the sub-window of the newest hits of a non-empty state.
+local function subNewest(v, N)
+  local at0, cur, W = subHead(v)
+  if cur ~= 0 then
+    return at0
+  end
+  local r = SUBR[W]
+  for i = 1, N do
+    if sunpack(r, v, (i - 1) * W + 1) ~= 0 then
+      return at0 - i
+    end
+  end
+  return at0 - N
+end
+
+-- subEncode writes the state at sub-window at whose counts, newest first,
+-- are cs (cs[1] is at's, cs[i + 1] sub-window at - i's; missing ones are 0).
+-- For the rare paths (undo, a count too wide for its slots).
+local function subEncode(at, total, cs, N)
+  local big = 0
+  for i = 2, N + 1 do
+    big = max(big, cs[i] or 0)
+  end
+  local W = subWidth(big)
+  local parts = {}
+  for i = 2, N + 1 do
+    parts[i - 1] = spack('<' .. SUBW[W], cs[i] or 0)
+  end
+  salt = (salt + 1) % 256
+  parts[N + 1] = spack('<dddBB', at, total, cs[1] or 0, W, salt)
+  return table.concat(parts)
+end
+
+-- subCounts is the counts of v at sub-window at, newest first (subEncode's
+-- cs), of the sub-windows in the estimate.
+local function subCounts(at, v, N)
+  local cs = { 0 }
+  if v == '' then
+    return cs
+  end
+  local at0, cur, W = subHead(v)
+  local d, r = at - at0, SUBR[W]
+  cs[d + 1] = cur
+  for i = 1, N - d do
+    cs[d + i + 1] = sunpack(r, v, (i - 1) * W + 1)
+  end
+  return cs
+end
+
+-- consume: the current sub-window (at) grows by inc, the total saturating at
+-- MAX, then shrinks by dec, never below 0. The undo token is the sub-window
+-- and what it gained. A stale string is rewritten at at even when nothing
+-- changed (what consume returns is written, as the Go twin stores it).
+local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
+  local at0, cur0, W, cur = at, 0, 1, 0
+  if v ~= '' then
+    at0, cur0, W = subHead(v)
+    if at0 == at then
+      cur = cur0
+    end
+  end
+  local rest = total - cur
+  local c = min(cur + inc, MAX - rest)
+  if dec >= c then
+    c = 0
+  else
+    c = c - dec
+  end
+  local t = rest + c
+  if c == cur and at0 == at then
+    return at, total, v, at, 0
+  elseif t == 0 then
+    return at, 0, '', at, c - cur
+  end
+  salt = (salt + 1) % 256
+  if v == '' then
+    return at, t, spack(subSame(1, N), SUBZERO, at, t, c, 1, salt), at, c - cur
+  elseif at0 == at then
+    return at, t, spack(subSame(W, N), v, at, t, c, W, salt), at, c - cur
+  elseif subWidth(cur0) > W then
+    local cs = subCounts(at, v, N)
+    cs[1] = c
+    return at, t, subEncode(at, t, cs, N), at, c - cur
+  end
+  local d = at - at0
+  local f = subShift(W, N, d)
+  if d == 1 then
+    return at, t, spack(f, cur0, v, at, t, c, W, salt), at, c - cur
+  end
+  if d < N then
+    return at, t, spack(f, SUBZERO, cur0, v, at, t, c, W, salt), at, c - cur
+  end
+  return at, t, spack(f, SUBZERO, cur0, at, t, c, W, salt), at, c - cur
+end
+
+-- report: remaining is L - total, at least 0; the reset is the time until
+-- the newest sub-window holding hits leaves the estimate.
+local function subReport(at, total, v, w, L, allowed, _, N)
+  local reset = 0
+  if total ~= 0 then
+    local s = w / N
+    local e = now - at * s
+    if e < 0 then
+      e = 0
+    end
+    reset = ((N - (at - subNewest(v, N))) + 1) * s - e
+  end
+  if not allowed then
+    return 0, reset
+  end
+  local r = L - total
+  if r <= 0 then
+    return 0, reset
+  end
+  return r, reset
+end
+
+-- store: the TTL is when the newest sub-window holding hits leaves the
+-- estimate (limiter's subExpires).
+local function subStore(key, w, N, _, total, v, _, _, ov, exists)
+  if v == ov then
+    return
+  elseif total == 0 then
+    if exists then
+      redis.call('DEL', key)
+    end
+    return
+  end
+  redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N) + N + 1) * (w / N) - now))
+end
+
+-- undo subtracts delta from sub-window idx while the estimate counts it,
+-- and puts back what a refund took from a sub-window it emptied. Rare: it
+-- decodes and encodes every slot.
+local function subUndo(_, at, total, v, _, N, idx, delta)
+  if delta == 0 or idx > at or idx < at - N then
+    return at, total, v, 0
+  end
+  local cs = subCounts(at, v, N)
+  local x = at - idx + 1
+  local old = cs[x] or 0
+  if old == 0 and delta > 0 then
+    return at, total, v, 0
+  end
+  local c = min(max(old - delta, 0), MAX - (total - old))
+  cs[x] = c
+  total = total - old + c
+  if total == 0 then
+    return at, 0, '', 1
+  end
+  return at, total, subEncode(at, total, cs, N), 1
+end
+
+
+register('sliding_window', { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide,
+  consume = subConsume, report = subReport, store = subStore, undo = subUndo }, true)

@@ -1,0 +1,157 @@
+-- token_bucket (limiter.TokenBucket; token.go): GCRA. One 24-byte string
+-- per counter, '<ddd': t, f and d, the theoretical arrival time TAT = t + f/d
+-- ms (a string, as fixed_window's, for the batch's MGET and one SET). With
+-- g = gcd(L, w), rp = L/g and wp = w/g, a token is wp ticks of 1/rp ms;
+-- every number stays a whole double below 2^53 (the Go twin's Validate), so
+-- both twins compute the same integers. Its state needs no roll.
+
+local function tokenParams(w, L, B)
+  if L == 0 then
+    return 0, 1, 0
+  end
+  local a, b = L, w
+  while b ~= 0 do
+    a, b = b, a % b
+  end
+  if B == 0 then
+    B = L
+  end
+  return L / a, w / a, B * (w / a)
+end
+
+-- tokenDebt is the debt at now in ticks: 0 for a full bucket, at most MAX.
+local function tokenDebt(t, f, d, rp)
+  local dt = t - now
+  if dt < 0 or rp == 0 then
+    return 0
+  end
+  if d ~= rp and f ~= 0 then
+    f = math.ceil(f * rp / d)
+  end
+  if dt * rp > MAX then
+    return MAX
+  end
+  return min(dt * rp + f, MAX)
+end
+
+local function tokenParse(v)
+  if not v then
+    return 0, 0, 0, false
+  elseif #v ~= 24 then
+    return 0, 0, 0, true
+  end
+  local t, f, d = sunpack('<ddd', v)
+  if t ~= t or f ~= f or d ~= d then
+    return 0, 0, 0, true -- NaN: not a counter
+  end
+  return t, f, d, true
+end
+
+local function tokenLoad(key)
+  return tokenParse(redis.call('GET', key))
+end
+
+local function tokenRoll(t, f, d)
+  return t, f, d
+end
+
+local function tokenDecide(t, f, d, w, L, n, B)
+  local rp, wp, bw = tokenParams(w, L, B)
+  local need = tokenDebt(t, f, d, rp) + n * wp
+  if need <= bw then
+    return true, 0
+  end
+  if rp == 0 then
+    return false, w
+  end
+  local a = need - bw
+  local q = idiv(a, rp)
+  if q * rp < a then
+    q = q + 1
+  end
+  return false, q
+end
+
+-- tokenState is the state of debt D (ticks): TAT = now + D/rp, or 0, 0, 0
+-- for a full bucket (the Go twin's consume).
+local function tokenState(D, rp)
+  if D == 0 then
+    return 0, 0, 0
+  end
+  local q = idiv(D, rp)
+  return now + q, D - q * rp, rp
+end
+
+-- consume adds inc tokens of debt (saturating at MAX ticks), then takes dec
+-- back, never below a full bucket. The undo token is rp and the debt added.
+local function tokenConsume(_, t, f, d, w, L, inc, dec, B)
+  local rp, wp = tokenParams(w, L, B)
+  if rp == 0 then
+    return t, f, d, 0, 0
+  end
+  local D = tokenDebt(t, f, d, rp)
+  local D2 = MAX
+  if inc * wp <= MAX - D then
+    D2 = D + inc * wp
+  end
+  if dec * wp >= D2 then
+    D2 = 0
+  else
+    D2 = D2 - dec * wp
+  end
+  local nt, nf, nd = tokenState(D2, rp)
+  return nt, nf, nd, rp, D2 - D
+end
+
+local function tokenReport(t, f, d, w, L, allowed, B)
+  local rp, wp, bw = tokenParams(w, L, B)
+  local D = tokenDebt(t, f, d, rp)
+  local reset = 0
+  if D > 0 then
+    reset = idiv(D, rp)
+    if reset * rp < D then
+      reset = reset + 1
+    end
+  end
+  if not allowed or D >= bw then
+    return 0, reset
+  end
+  return idiv(bw - D, wp), reset
+end
+
+-- store writes (t, f, d) with the TTL of the TAT, or deletes the key for a
+-- full bucket.
+local function tokenStore(key, _, _, t, f, d, ot, of, od, exists)
+  if t == ot and f == of and d == od and exists then
+    return
+  end
+  if t == 0 and f == 0 and d == 0 then
+    if exists then
+      redis.call('DEL', key)
+    end
+    return
+  end
+  local ttl = t - now
+  if f > 0 then
+    ttl = ttl + 1
+  end
+  redis.call('SET', key, spack('<ddd', t, f, d), 'PX', fmt('%d', ttl))
+end
+
+-- undo takes the debt delta back from a bucket still written with rp (or
+-- empty: a refund may have emptied it).
+local function tokenUndo(_, t, f, d, _, _, rp, delta)
+  if delta == 0 or d ~= 0 and d ~= rp then
+    return t, f, d, 0
+  end
+  local D = 0
+  if d ~= 0 then
+    D = tokenDebt(t, f, d, rp)
+  end
+  local nt, nf, nd = tokenState(min(max(D - delta, 0), MAX), rp)
+  return nt, nf, nd, 1
+end
+
+
+register('token_bucket', { load = tokenLoad, parse = tokenParse, roll = tokenRoll, decide = tokenDecide,
+  consume = tokenConsume, report = tokenReport, store = tokenStore, undo = tokenUndo })

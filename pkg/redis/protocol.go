@@ -1,0 +1,440 @@
+package redis
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/pkg/limiter"
+)
+
+// The wire layout of a script call, defined here once: each part is a
+// format of Redis's Lua struct library ('<' little-endian, B one byte, H
+// 16 bits, d a double: exact for whole numbers below 2^53, and every count
+// and time is whole). Go's sizes follow from the formats (formatSize); the
+// script reads the same formats, as constants of the protocol prelude that
+// luaProtocol writes from layout, and a test checks Lua's sizes against
+// Go's.
+//
+// A call is KEYS (every key of the batch once: counters, and the markers of
+// undo entries), ARGV[1] (now in Unix ms, or "" for Redis TIME), ARGV[2]
+// (fmtSpec per key, in KEYS order) and ARGV[3] (the entries, one after
+// another). Its reply is one string: fmtNow, then each entry's reply in
+// order.
+const (
+	// fmtSpec is a key's identity beside it: the algorithm (limiter's
+	// number; markerAlgorithm for a marker), the window in ms and the
+	// sub-windows (limiter.Limit.SubWindowCount).
+	fmtSpec = "<BdB"
+	// fmtEntry starts an entry: its kind (kindApply, kindCheck, kindUndo,
+	// with the bits kindFull and kindLease) and its count: the hits of an
+	// apply or check, the counters of an undo.
+	fmtEntry = "<BH"
+	// fmtHit is one hit of an apply or check: the key's index (1-based into
+	// KEYS), requests, burst (a token bucket's capacity, 0 for the others),
+	// hits, the flags (flagRefund ...) and the lease permits asked beyond
+	// the hits.
+	fmtHit = "<HdddBd"
+	// fmtUndo follows an undo's fmtEntry: its marker key's index (0: none)
+	// and the marker's TTL in ms.
+	fmtUndo = "<Hd"
+	// fmtUndoKey is one counter of an undo: its key index and the token
+	// (u1, u2) that its apply's reply gave.
+	fmtUndoKey = "<Hdd"
+
+	// fmtNow starts the reply: the script's clock, Unix ms.
+	fmtNow = "<d"
+	// fmtAdmitted starts the reply of an apply or check: 1 admitted, 0
+	// not, or entryFailed.
+	fmtAdmitted = "<B"
+	// fmtHitFull is one hit's full reply (an entry of a request over several
+	// slots): bits (1 allowed, 2 exceeds), retry_after_ms, then remaining
+	// and reset_after_ms if denied (the counters as the entry found them),
+	// then if admitted (after its consumption); the caller picks a pair,
+	// because another slot's script may deny what this one admitted.
+	fmtHitFull = "<Bddddd"
+	// fmtHitShort is one hit's short reply (a request in one slot, whose
+	// entry's outcome is the request's): bits, retry_after_ms and the pair
+	// of the outcome.
+	fmtHitShort = "<Bddd"
+	// fmtKeyFull follows the hits of a full reply, per key of the entry in
+	// the order of its first hit: the undo token (u1, u2; u2 = 0 when there
+	// is nothing to take back) and the permits leased.
+	fmtKeyFull = "<ddd"
+	// fmtKeyLease follows the hits of a short reply with a lease asked, per
+	// key: u1 and the permits leased.
+	fmtKeyLease = "<dd"
+	// fmtUndone is an undo's reply: the counters it changed, undoRan when
+	// its marker existed (it already ran), or undoFailed.
+	fmtUndone = "<d"
+	// fmtMessage follows the head of an entry that raised an error
+	// (entryFailed, undoFailed): the length of the message, then the
+	// message (at most maxMessage bytes).
+	fmtMessage = "<H"
+)
+
+// The values inside the layout.
+const (
+	// The kinds of an entry. Apply decides its hits and consumes only if the
+	// request is admitted (limiter.MarkOverLimit's rule); check decides as
+	// apply but writes only what overdraw hits consume, for the slots of a
+	// Cluster request another slot denied; undo takes back what an
+	// admitting apply consumed, or a lease's unspent permits (with a
+	// marker, idempotent: a retry changes nothing).
+	kindApply = 1
+	kindCheck = 2
+	kindUndo  = 3
+	// kindFull asks for the full reply of an apply or check, kindLease says
+	// a hit asks for a lease; the kind is their sum with one of the above.
+	kindFull  = 16
+	kindLease = 32
+
+	// markerAlgorithm is the algorithm byte of a marker key.
+	markerAlgorithm = 255
+
+	// The flags of a hit, summed.
+	flagRefund   = 1
+	flagShadow   = 2
+	flagExceeds  = 4 // the key's growth is over the Limit's Capacity, compared in Go on uint64
+	flagQuota    = 8
+	flagOverdraw = 16
+
+	// entryFailed is the fmtAdmitted of an apply or check that raised an
+	// error, undoRan and undoFailed the fmtUndone of an undo that already
+	// ran or raised one. A failed entry fails alone: the script decides the
+	// other entries of its call as if it were not there.
+	entryFailed = 255
+	undoRan     = -1
+	undoFailed  = -2
+	maxMessage  = 200
+
+	// maxBatchKeys bounds the keys of one script call (its key indexes are
+	// 16 bits), maxBatchEntries its entries and maxEntryCount the hits, keys
+	// or undo tokens of one entry (fmtEntry's count; an entry over it is
+	// refused alone, before any call: check).
+	maxBatchKeys    = 1 << 15
+	maxBatchEntries = 256
+	maxEntryCount   = math.MaxUint16
+)
+
+// The sizes of the parts, in bytes.
+var (
+	specSize    = formatSize(fmtSpec)
+	entrySize   = formatSize(fmtEntry)
+	hitSize     = formatSize(fmtHit)
+	undoSize    = formatSize(fmtUndo)
+	undoKeySize = formatSize(fmtUndoKey)
+)
+
+// layout lists the protocol's formats and values under their names in the
+// script (the constants of luaProtocol): the one table both sides read.
+var layout = []struct {
+	lua   string
+	value any // a format string or a number
+}{
+	{"F_SPEC", fmtSpec}, {"F_ENTRY", fmtEntry}, {"F_HIT", fmtHit}, {"F_UNDO", fmtUndo}, {"F_UNDOKEY", fmtUndoKey},
+	{"F_NOW", fmtNow}, {"F_ADMITTED", fmtAdmitted}, {"F_HITFULL", fmtHitFull}, {"F_HITSHORT", fmtHitShort},
+	{"F_KEYFULL", fmtKeyFull}, {"F_KEYLEASE", fmtKeyLease}, {"F_UNDONE", fmtUndone}, {"F_MESSAGE", fmtMessage},
+	// An apply entry's short reply of its first hit, fmtAdmitted then
+	// fmtHitShort in one pack.
+	{"F_FIRSTSHORT", fmtAdmitted + fmtHitShort[1:]},
+	// A plain hit's fields up to its flags, what follows them, and where
+	// the flags are: what the fast path reads.
+	{"F_HITPLAIN", fmtHit[:5]}, {"Z_HITREST", formatSize(fmtHit[5:])}, {"O_HITFLAGS", formatSize(fmtHit[:5])},
+	{"Z_HIT", formatSize(fmtHit)}, {"Z_UNDO", formatSize(fmtUndo)}, {"Z_UNDOKEY", formatSize(fmtUndoKey)},
+	{"K_APPLY", kindApply}, {"K_CHECK", kindCheck}, {"K_UNDO", kindUndo}, {"K_FULL", kindFull}, {"K_LEASE", kindLease},
+	{"FL_REFUND", flagRefund}, {"FL_SHADOW", flagShadow}, {"FL_EXCEEDS", flagExceeds}, {"FL_QUOTA", flagQuota},
+	{"FL_OVERDRAW", flagOverdraw},
+	{"MARKER", markerAlgorithm}, {"FAILED", entryFailed}, {"UNDO_RAN", undoRan}, {"UNDO_FAILED", undoFailed},
+	{"MAX_MESSAGE", maxMessage},
+	{"MAX", limiter.MaxCount}, {"MAXLOG", limiter.MaxLogRequests},
+}
+
+// formatSize is the bytes of a struct format of B, H and d fields.
+func formatSize(f string) int {
+	n := 0
+	for _, c := range strings.TrimPrefix(f, "<") {
+		switch c {
+		case 'B':
+			n++
+		case 'H':
+			n += 2
+		case 'd':
+			n += 8
+		default:
+			panic("redis: format " + strconv.Quote(f) + " has a field other than B, H or d")
+		}
+	}
+	return n
+}
+
+// entry is what one script call decides for one request in one slot: an
+// apply or check of its hits, or an undo. Several entries of one slot share
+// a call (a batch).
+type entry struct {
+	kind  byte
+	full  bool      // an apply or check that needs the full reply (a request over several slots)
+	lease bool      // a hit asks for a lease
+	keys  []string  // its counters in the order of their first hit; an undo's marker last
+	specs []keySpec // per key
+	hits  []hitArg  // apply and check
+	undo  []float64 // undo: u1, u2 per counter key
+	ttl   float64   // undo: the marker's TTL in ms; 0 without a marker
+
+	// The reply.
+	now      float64 // the script's clock, Unix ms
+	admitted bool
+	hr       []hitReply
+	kr       []keyReply
+	changed  float64 // undo: counters changed, undoRan if it already ran
+	err      error   // the entry raised an error in the script (entryFailed, undoFailed)
+}
+
+// check returns an error when e does not fit the layout (its counts and
+// key indexes are 16 bits: maxEntryCount): such an entry is never sent,
+// and only its own decision fails.
+func (e *entry) check() error {
+	if len(e.keys) > maxEntryCount || len(e.hits) > maxEntryCount || len(e.undo)/2 > maxEntryCount {
+		return fmt.Errorf("%w: a decision of %d hits on %d counters is more than one limiter script entry holds (%d)",
+			limiter.ErrStoreUnavailable, len(e.hits), len(e.keys), maxEntryCount)
+	}
+	return nil
+}
+
+// keySpec is a counter's identity beside its key (fmtSpec): what the script
+// needs to read it.
+type keySpec struct {
+	alg    byte
+	window float64 // ms
+	subs   byte
+}
+
+// hitArg is one hit of an entry (fmtHit). The numbers are the doubles the
+// script computes with (a uint64 converts to the nearest, as tonumber did
+// with the decimal text).
+type hitArg struct {
+	key                   int // into entry.keys
+	requests, burst, hits float64
+	flags                 byte
+	lease                 float64
+}
+
+// hitReply is the script's answer for one hit (fmtHitFull, fmtHitShort).
+type hitReply struct {
+	allowed, exceeds bool
+	retry            float64
+	remDenied        float64
+	resetDenied      float64
+	remAdmitted      float64
+	resetAdmitted    float64
+}
+
+// keyReply is the script's undo token for one key of an entry, and the
+// permits it leased (fmtKeyFull, fmtKeyLease).
+type keyReply struct {
+	u1, u2, leased float64
+}
+
+func specOf(l limiter.Limit) keySpec {
+	return keySpec{alg: byte(l.Algorithm), window: float64(l.Window.Milliseconds()), subs: byte(l.SubWindowCount())}
+}
+
+// encode returns the KEYS, the key specs (ARGV[2]) and the entries
+// (ARGV[3]) of one script call deciding es, which share a slot.
+func encode(es []*entry) (keys []string, specs, prog []byte) {
+	n, size := 0, 0
+	for _, e := range es {
+		n += len(e.keys)
+		size += entrySize + hitSize*len(e.hits) + undoSize + undoKeySize*len(e.undo)/2
+	}
+	keys = make([]string, 0, n)
+	specs = make([]byte, 0, specSize*n)
+	prog = make([]byte, 0, size)
+	var index map[string]int
+	if n > 16 {
+		index = make(map[string]int, n)
+	}
+	idx := make([]uint16, 0, 8)
+	for _, e := range es {
+		idx = idx[:0]
+		for i, k := range e.keys {
+			j := -1
+			if index != nil {
+				if v, ok := index[k]; ok {
+					j = v
+				}
+			} else {
+				j = slices.Index(keys, k)
+			}
+			if j < 0 {
+				j = len(keys)
+				keys = append(keys, k)
+				specs = appendSpec(specs, e.specs[i])
+				if index != nil {
+					index[k] = j
+				}
+			}
+			idx = append(idx, uint16(j+1))
+		}
+		prog = e.appendTo(prog, idx)
+	}
+	return keys, specs, prog
+}
+
+// appendSpec appends s as fmtSpec.
+func appendSpec(b []byte, s keySpec) []byte {
+	b = append(b, s.alg)
+	b = appendF(b, s.window)
+	return append(b, s.subs)
+}
+
+func appendF(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+// appendTo appends e's program (fmtEntry, then fmtUndo and fmtUndoKey per
+// counter, or fmtHit per hit), with idx the 1-based KEYS index of each of
+// its keys.
+func (e *entry) appendTo(b []byte, idx []uint16) []byte {
+	le := binary.LittleEndian
+	if e.kind == kindUndo {
+		nk := len(e.undo) / 2
+		b = le.AppendUint16(append(b, kindUndo), uint16(nk))
+		marker := uint16(0)
+		if e.ttl > 0 {
+			marker = idx[len(idx)-1]
+		}
+		b = appendF(le.AppendUint16(b, marker), e.ttl)
+		for k := range nk {
+			b = le.AppendUint16(b, idx[k])
+			b = appendF(appendF(b, e.undo[2*k]), e.undo[2*k+1])
+		}
+		return b
+	}
+	kind := e.kind
+	if e.full {
+		kind |= kindFull
+	}
+	if e.lease {
+		kind |= kindLease
+	}
+	b = le.AppendUint16(append(b, kind), uint16(len(e.hits)))
+	for _, h := range e.hits {
+		b = le.AppendUint16(b, idx[h.key])
+		b = appendF(appendF(appendF(b, h.requests), h.burst), h.hits)
+		b = appendF(append(b, h.flags), h.lease)
+	}
+	return b
+}
+
+// reader reads a reply's little-endian fields.
+type reader struct {
+	s   string
+	off int
+	err error
+}
+
+func (r *reader) f64() float64 {
+	if r.off+8 > len(r.s) {
+		r.err = errShortReply
+		return 0
+	}
+	s := r.s[r.off : r.off+8]
+	r.off += 8
+	return math.Float64frombits(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
+}
+
+func (r *reader) u8() byte {
+	if r.off >= len(r.s) {
+		r.err = errShortReply
+		return 0
+	}
+	r.off++
+	return r.s[r.off-1]
+}
+
+func (r *reader) u16() int {
+	return int(r.u8()) | int(r.u8())<<8
+}
+
+// message reads fmtMessage and the message after it.
+func (r *reader) message() string {
+	n := r.u16()
+	if r.err != nil || r.off+n > len(r.s) {
+		r.err = errShortReply
+		return ""
+	}
+	r.off += n
+	return r.s[r.off-n : r.off]
+}
+
+var errShortReply = errors.New("redis: limiter script reply too short")
+
+// decode reads the reply of the call that decided es into each entry: an
+// entry that raised an error in the script gets it in its err, the others
+// their replies. The error is the reply's, when it does not hold the
+// replies of es.
+func decode(reply any, es []*entry) error {
+	s, ok := reply.(string)
+	if !ok {
+		return fmt.Errorf("redis: limiter script reply is a %T, want a string", reply)
+	}
+	r := reader{s: s}
+	now := r.f64()
+	for _, e := range es {
+		e.now, e.err = now, nil
+		if e.kind == kindUndo {
+			if e.changed = r.f64(); e.changed == undoFailed {
+				e.err = fmt.Errorf("redis: limiter script: undo failed: %s", r.message())
+			}
+			continue
+		}
+		switch r.u8() {
+		case entryFailed:
+			e.err = fmt.Errorf("redis: limiter script: entry of %d hits failed: %s", len(e.hits), r.message())
+			continue
+		case 1:
+			e.admitted = true
+		default:
+			e.admitted = false
+		}
+		e.decodeHits(&r)
+	}
+	if r.err == nil && r.off != len(s) {
+		r.err = fmt.Errorf("redis: limiter script reply has %d bytes, read %d", len(s), r.off)
+	}
+	return r.err
+}
+
+// decodeHits reads the hits and keys of e's reply after its fmtAdmitted.
+func (e *entry) decodeHits(r *reader) {
+	e.hr = slices.Grow(e.hr[:0], len(e.hits))[:len(e.hits)]
+	for i := range e.hits {
+		bits := r.u8()
+		v := hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, retry: r.f64(), remDenied: r.f64(), resetDenied: r.f64()}
+		if e.full {
+			v.remAdmitted, v.resetAdmitted = r.f64(), r.f64()
+		} else {
+			// The short reply's pair is the outcome's.
+			v.remAdmitted, v.resetAdmitted = v.remDenied, v.resetDenied
+		}
+		e.hr[i] = v
+	}
+	if !e.full && !e.lease {
+		return
+	}
+	nk := len(e.keys)
+	e.kr = slices.Grow(e.kr[:0], nk)[:nk]
+	for k := range nk {
+		if e.full {
+			e.kr[k] = keyReply{u1: r.f64(), u2: r.f64(), leased: r.f64()}
+		} else {
+			e.kr[k] = keyReply{u1: r.f64(), leased: r.f64()}
+		}
+	}
+}
