@@ -1,7 +1,7 @@
 # Sluice: a small, non-root image holding one static binary and the example
 # descriptor config. docker-compose.yml builds it for the demo.
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always) -t sluice .
+#   docker build -t sluice .
 #   docker run --rm -p 8080:8080 -p 8081:8081 sluice
 #
 # Settings are the binary's flags or their SLUICE_* environment twins (see the
@@ -11,17 +11,21 @@
 # (REDIS_URL, RUNTIME_ROOT, ...) under the SLUICE_* ones; so this file sets no
 # SLUICE_* variable, which would win over theirs.
 
+# The version --version, /config and the labels report: the release this
+# tree is, the repository's VERSION (a test keeps them equal). Declared
+# before the first FROM so that both stages see it.
+ARG VERSION=0.3.0
+
 FROM golang:1.26 AS build
 WORKDIR /src
 # Modules first, so that a source change reuses the downloaded modules layer.
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The version --version and /config report.
-ARG VERSION=dev
+ARG VERSION
 # Static (no cgo) so it runs on distroless/static; -trimpath and -s -w keep
 # build paths and debug info out of the image.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/sluicehq/sluice/internal/app.version=${VERSION}" -o /out/sluice ./cmd/server
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/sluicehq/sluice/internal/version.stamp=${VERSION}" -o /out/sluice ./cmd/server
 # /bin/ratelimit is a symlink to /sluice: copied as part of a tree, a link
 # stays a link (one binary in the image).
 RUN mkdir -p /out/root/bin && ln -s /sluice /out/root/bin/ratelimit
@@ -44,3 +48,9 @@ EXPOSE 8080 8081 6070
 # Sluice writes no file, so a read-only root filesystem is fine.
 USER 65534:65534
 ENTRYPOINT ["/sluice"]
+# The same labels as the image tools/cmd/sluice-image builds without Docker.
+ARG VERSION
+LABEL org.opencontainers.image.title="sluice" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/sluicehq/sluice" \
+      org.opencontainers.image.licenses="Apache-2.0"

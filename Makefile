@@ -1,26 +1,36 @@
 # make test: everything CI runs. It installs redis-server when it is missing
 # (the Redis and integration tests start their own servers on free ports) and
 # Debian's chromium (the status page's browser test drives it headless with
-# chromedp; no browser is downloaded).
+# chromedp; no browser is downloaded). It also checks the license inventory,
+# and test/integration and deploy build the image and render the Helm chart
+# with the tools module's commands.
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 FUZZTIME ?= 10s
+# The release this tree is (a tag vVERSION marks it); the binary, /config,
+# the image labels, the docs and the manifests all name it.
+VERSION := $(shell cat VERSION)
+STAMP := -X github.com/sluicehq/sluice/internal/version.stamp=$(VERSION)
+# goreleaser runs with go run, so it is no dependency of either module.
+GORELEASER := github.com/goreleaser/goreleaser/v2@v2.15.1
 
-.PHONY: test deps vet unit fuzz compat bench build
+.PHONY: test deps vet unit fuzz compat bench build tools licenses licenses-check image release-snapshot
 
-test: deps vet unit fuzz
+test: deps vet unit tools licenses-check fuzz
 
-# The compose file is checked by compose-go, a Go library (no binary).
+# The compose file is checked by compose-go, a Go library (no binary). The
+# image ships Debian's CA bundle (ca-certificates), read from this machine.
 deps:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && test -x /usr/bin/chromium || { \
-		echo "installing redis-server, redis-tools (Redis and integration tests) and chromium (status page browser test)"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools chromium >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && test -x /usr/bin/chromium && test -f /etc/ssl/certs/ca-certificates.crt || { \
+		echo "installing redis-server, redis-tools (Redis and integration tests), chromium (status page browser test) and ca-certificates (the image's CA bundle)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools chromium ca-certificates >/dev/null; }
 	@redis-server --version
 	@/usr/bin/chromium --version 2>/dev/null
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) -C tools vet ./...
 
 # Unit, race and integration tests in one run: test/integration builds the
 # binary itself and runs it against a real redis-server.
@@ -45,6 +55,30 @@ compat:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# bin/sluice, stamped with the version git describes (--version, /config).
+# The tools module's own tests (the image builder, the license inventory).
+# The image test (test/integration) and the chart test (deploy) run in unit.
+tools:
+	$(GO) -C tools test -count=1 ./...
+
+# THIRD_PARTY_LICENSES.md: every module linked into the binary with its
+# license, as go-licenses classifies it. licenses-check (CI) fails when the
+# file is out of date or a module's license is unknown, forbidden or
+# restricted (GPL-like), none of which an Apache-2.0 binary can ship.
+licenses:
+	$(GO) -C tools run ./cmd/licenses -dir .. -write ../THIRD_PARTY_LICENSES.md ./cmd/server
+licenses-check:
+	$(GO) -C tools run ./cmd/licenses -dir .. -check ../THIRD_PARTY_LICENSES.md ./cmd/server
+
+# bin/sluice, stamped with VERSION (--version, /config).
 build:
-	$(GO) build -ldflags "-X github.com/sluicehq/sluice/internal/app.version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/sluice ./cmd/server
+	$(GO) build -ldflags "$(STAMP)" -o bin/sluice ./cmd/server
+
+# dist/image: the linux/amd64 and linux/arm64 image as an OCI layout (and
+# dist/image.tar), built without a Docker daemon; crane or skopeo push it.
+image:
+	$(GO) -C tools run ./cmd/sluice-image -src .. -version $(VERSION) -out ../dist/image
+
+# A release build without publishing: binaries and archives for linux amd64
+# and arm64, checksums, and the image, in dist/ (.goreleaser.yaml).
+release-snapshot:
+	$(GO) run $(GORELEASER) release --snapshot --clean

@@ -26,6 +26,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -127,7 +128,7 @@ func TestKubernetesRejects(t *testing.T) {
 		{"no shutdown delay", "deployment.yaml", "value: 5s", "value: 0s", "SLUICE_SHUTDOWN_DELAY"},
 		{"one replica", "deployment.yaml", "replicas: 2", "replicas: 1", "replicas"},
 		{"no limits", "deployment.yaml", "            limits:\n              cpu: \"1\"\n              memory: 256Mi\n", "", "resources.limits"},
-		{"unpinned image", "deployment.yaml", "image: sluice:0.1.0", "image: sluice:latest", "not pinned"},
+		{"unpinned image", "deployment.yaml", "image: sluice:0.3.0", "image: sluice:latest", "not pinned"},
 		{"redis url to no service", "deployment.yaml", "redis://sluice-redis:6379/0", "redis://redis:6379/0", `no Service "redis"`},
 		{"wrong namespace", "pdb.yaml", "namespace: sluice", "namespace: default", `namespace "default"`},
 		{"resource file missing", "kustomization.yaml", "  - pdb.yaml\n", "  - pdb.yaml\n  - hpa.yaml\n", "hpa.yaml"},
@@ -240,7 +241,21 @@ type manifests struct {
 	deployments map[string]*appsv1.Deployment
 	services    map[string]*corev1.Service
 	pdbs        map[string]*policyv1.PodDisruptionBudget
-	configMaps  map[string]*corev1.ConfigMap // from configMapGenerator
+	configMaps  map[string]*corev1.ConfigMap // from configMapGenerator, or rendered
+	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
+	monitors    map[string]*serviceMonitor
+}
+
+func newManifests(k *kustomization) *manifests {
+	return &manifests{
+		kust:        k,
+		deployments: map[string]*appsv1.Deployment{},
+		services:    map[string]*corev1.Service{},
+		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
+		configMaps:  map[string]*corev1.ConfigMap{},
+		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		monitors:    map[string]*serviceMonitor{},
+	}
 }
 
 // newObject returns an empty API object of kind, or nil for a kind these
@@ -257,6 +272,12 @@ func newObject(apiVersion, kind string) any {
 		return &appsv1.Deployment{}
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}
+	case "v1 ConfigMap": // the Helm chart's; kustomize generates its own
+		return &corev1.ConfigMap{}
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return &autoscalingv2.HorizontalPodAutoscaler{}
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return &serviceMonitor{}
 	}
 	return nil
 }
@@ -267,13 +288,7 @@ func load(dir string) (*manifests, []error) {
 	if err != nil {
 		return nil, []error{err}
 	}
-	m := &manifests{
-		kust:        k,
-		deployments: map[string]*appsv1.Deployment{},
-		services:    map[string]*corev1.Service{},
-		pdbs:        map[string]*policyv1.PodDisruptionBudget{},
-		configMaps:  map[string]*corev1.ConfigMap{},
-	}
+	m := newManifests(k)
 	var errs []error
 	for _, res := range k.Resources {
 		b, err := os.ReadFile(filepath.Join(dir, res))
@@ -281,28 +296,7 @@ func load(dir string) (*manifests, []error) {
 			errs = append(errs, fmt.Errorf("kustomization.yaml: resources: %w", err))
 			continue
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		for i := 0; ; i++ {
-			var doc map[string]any
-			err := dec.Decode(&doc)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			where := fmt.Sprintf("%s#%d", res, i)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", where, err))
-				break
-			}
-			if doc == nil {
-				continue
-			}
-			o, err := decodeObject(where, doc)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			m.objects = append(m.objects, o)
-		}
+		errs = append(errs, m.decode(res, b)...)
 	}
 	for _, g := range k.ConfigMapGenerator {
 		cm := &corev1.ConfigMap{Data: map[string]string{}}
@@ -318,6 +312,40 @@ func load(dir string) (*manifests, []error) {
 		}
 		m.objects = append(m.objects, object{where: "kustomization.yaml", kind: "ConfigMap", name: cm.Name, namespace: cm.Namespace, value: cm})
 	}
+	m.index()
+	return m, errs
+}
+
+// decode adds every YAML document of b (from file) to m's objects, strictly.
+func (m *manifests) decode(file string, b []byte) []error {
+	var errs []error
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for i := 0; ; i++ {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		where := fmt.Sprintf("%s#%d", file, i)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			break
+		}
+		if doc == nil {
+			continue
+		}
+		o, err := decodeObject(where, doc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		m.objects = append(m.objects, o)
+	}
+	return errs
+}
+
+// index files m's objects by kind and name.
+func (m *manifests) index() {
 	for _, o := range m.objects {
 		switch v := o.value.(type) {
 		case *appsv1.Deployment:
@@ -328,9 +356,12 @@ func load(dir string) (*manifests, []error) {
 			m.pdbs[o.name] = v
 		case *corev1.ConfigMap:
 			m.configMaps[o.name] = v
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			m.hpas[o.name] = v
+		case *serviceMonitor:
+			m.monitors[o.name] = v
 		}
 	}
-	return m, errs
 }
 
 // decodeObject converts one YAML document to JSON and decodes it into its
@@ -489,6 +520,8 @@ func labelsOf(v any) map[string]string {
 		return map[string]string{"app.kubernetes.io/part-of": "sluice"} // generated; kustomize adds none
 	case interface{ GetLabels() map[string]string }:
 		return o.GetLabels()
+	case *serviceMonitor:
+		return o.Metadata.Labels
 	}
 	return nil
 }
@@ -682,15 +715,21 @@ func checkSluice(m *manifests, d *appsv1.Deployment, sl *sluiceSettings) []error
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		errs = append(errs, fmt.Errorf("%s: replicas must be at least 2, so one pod can go while the other answers", "Deployment "+d.Name))
 	}
-	for _, img := range m.kust.Images {
-		if img.Name == repoName(c.Image) && img.NewTag == "" && img.Digest == "" {
-			errs = append(errs, fmt.Errorf("kustomization.yaml: images: %s sets no newTag or digest", img.Name))
+	if m.kust != nil {
+		for _, img := range m.kust.Images {
+			if img.Name == repoName(c.Image) && img.NewTag == "" && img.Digest == "" {
+				errs = append(errs, fmt.Errorf("kustomization.yaml: images: %s sets no newTag or digest", img.Name))
+			}
 		}
 	}
 
 	// Environment: only real settings, each value what the binary accepts.
 	env := map[string]string{}
+	fromSecret := map[string]bool{} // set from a Secret: no value to check here
 	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			fromSecret[e.Name] = true
+		}
 		if _, ok := sl.env[e.Name]; !ok && !runtimeEnv[e.Name] {
 			errs = append(errs, fmt.Errorf("%s: env %s is not a Sluice setting (see %s)", where, e.Name, sl.settings))
 		}
@@ -797,7 +836,9 @@ func checkSluice(m *manifests, d *appsv1.Deployment, sl *sluiceSettings) []error
 
 	// Redis: more than one replica needs a shared store, and the URL must
 	// name a Service here (or be an external one: any host with a dot).
-	if u := get("SLUICE_REDIS_URL"); u == "" {
+	if fromSecret["SLUICE_REDIS_URL"] {
+		// The URL is the Secret's; the chart test checks the reference.
+	} else if u := get("SLUICE_REDIS_URL"); u == "" {
 		errs = append(errs, fmt.Errorf("%s: SLUICE_REDIS_URL is empty: each of the %d replicas would count on its own", where, ptrOr(d.Spec.Replicas, 1)))
 	} else {
 		errs = append(errs, checkRedisURL(m, where, u)...)

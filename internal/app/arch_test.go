@@ -12,7 +12,7 @@ import (
 // internal/settings -> the front ends, the store and the xDS client ->
 // pkg/ratelimit -> pkg/descriptors -> pkg/limiter.
 var floors = map[string]int{
-	"pkg/limiter": 1, "internal/shortval": 1,
+	"pkg/limiter": 1, "internal/shortval": 1, "internal/version": 1,
 	"pkg/descriptors": 2,
 	"pkg/ratelimit":   3,
 	"pkg/rls":         4, "pkg/rlqs": 4, "pkg/redis": 4, "pkg/xdsconfig": 4, "internal/statuspage": 4,

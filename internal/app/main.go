@@ -14,12 +14,9 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sluicehq/sluice/internal/settings"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
-
-// version is set at build time with
-// -ldflags "-X github.com/sluicehq/sluice/internal/app.version=...".
-var version = "dev"
 
 // Main runs one invocation of the sluice command with args (without the
 // program name) and environ (as os.Environ returns it), and returns the
@@ -49,39 +46,9 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 // set, rule as usual.
 const defaultGCPercent = 400
 
-// versionString is the version the binary reports (--version, /config):
-// the -ldflags stamp, else the module version or VCS revision Go recorded.
-func versionString() string {
-	if version != "dev" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return version
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, kv := range bi.Settings {
-		switch kv.Key {
-		case "vcs.revision":
-			rev = kv.Value
-		case "vcs.modified":
-			dirty = kv.Value == "true"
-		}
-	}
-	if rev == "" {
-		return version
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return "dev-" + rev
-}
+// versionString is the version the binary reports (--version, /config,
+// the status page, the spans); internal/version says where it comes from.
+func versionString() string { return version.String() }
 
 // cli runs one invocation and returns the process exit code: 0 on success or
 // a clean shutdown, 1 on a runtime failure or an invalid config, 2 on bad

@@ -91,7 +91,7 @@ func newTracing(ctx context.Context, s *settings.TracingSettings, exporter sdktr
 	if id == "" {
 		id = rand.Text() // the peer uses a random UUID; any unique id will do
 	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(s.TracingServiceName), semconv.ServiceInstanceID(id), semconv.ServiceVersion(version)}
+	attrs := []attribute.KeyValue{semconv.ServiceName(s.TracingServiceName), semconv.ServiceInstanceID(id), semconv.ServiceVersion(versionString())}
 	if s.TracingServiceNamespace != "" {
 		attrs = append(attrs, semconv.ServiceNamespace(s.TracingServiceNamespace))
 	}

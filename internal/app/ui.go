@@ -62,7 +62,7 @@ func (srv *server) handleUI(mux *http.ServeMux) {
 			return ""
 		},
 		StoreKind: srv.storeKind(),
-		Version:   version,
+		Version:   versionString(),
 	})
 	mux.Handle("GET /ui", h)
 	mux.Handle("GET /ui/", h)

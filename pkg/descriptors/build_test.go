@@ -210,7 +210,7 @@ func TestBuildKeepsDocuments(t *testing.T) {
 }
 
 // TestFailureMode checks a domain's failure_mode from YAML and from a tree:
-// every mode, in any case, and error among them (issue 11).
+// every mode, in any case, and error among them.
 func TestFailureMode(t *testing.T) {
 	for _, tc := range []struct {
 		spelled string

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestNoEnvoyProtos holds DESIGN.md section 1: the decision and pkg/limiter
+// TestNoEnvoyProtos holds the one direction of imports: the decision and pkg/limiter
 // import no Envoy proto, gRPC or go-redis package, directly or not, so every
 // front end shares them and pkg/limiter is a plain Go library.
 func TestNoEnvoyProtos(t *testing.T) {

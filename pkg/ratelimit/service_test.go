@@ -100,8 +100,8 @@ func TestQuotaDenialIsOneStoreCall(t *testing.T) {
 }
 
 // TestOverrideRaisedKeepsCount: an override's counter is (domain, entries,
-// window), so raising it mid-window keeps what was counted (DESIGN.md
-// section 5), on memory and on Redis.
+// window), so raising it mid-window keeps what was counted, as a reloaded
+// config does, on memory and on Redis.
 func TestOverrideRaisedKeepsCount(t *testing.T) {
 	clk := testclock.New(epoch.Add(10 * time.Second))
 	addr := redistest.Addr(t)

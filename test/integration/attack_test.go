@@ -2,7 +2,8 @@
 
 package integration
 
-// The attacks of issue 12, as load runs that print their figures (they
+// The attacks on the Redis path (window overflow, a shard down, refunds
+// under load, eviction floods, a stalled Redis), as load runs that print their figures (they
 // assert nothing: hardening_test.go holds the bounds). Run them with
 //
 //	go test -tags attack -count=1 -v -run Attack ./test/integration/

@@ -44,7 +44,7 @@ const (
 	// mode when a loaded machine makes a call miss its 15 ms.
 	decidedShare = 0.95
 	// recoveryBound is how soon after Redis is back decisions must be
-	// correct again (issue 6: within one second).
+	// correct again: within one second.
 	recoveryBound = time.Second
 )
 

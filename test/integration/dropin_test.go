@@ -96,14 +96,22 @@ func loadDeployment(t *testing.T, name string) container {
 // replace, plus extra. No other variable is set.
 func runAsDeployment(t *testing.T, c container, replace func(name, value string) string, extra ...string) (*sluice, []string) {
 	t.Helper()
-	if len(c.Command) != 1 || c.Command[0] != "/bin/ratelimit" {
-		t.Fatalf("command %q, want [/bin/ratelimit]", c.Command)
-	}
 	link := filepath.Join(t.TempDir(), "ratelimit")
 	if err := os.Symlink(binary, link); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(link)
+	return runAsDeploymentFrom(t, link, c, replace, extra...)
+}
+
+// runAsDeploymentFrom is runAsDeployment with exe (a binary, or a link to
+// one) as the file that c's command names.
+func runAsDeploymentFrom(t *testing.T, exe string, c container, replace func(name, value string) string, extra ...string) (*sluice, []string) {
+	t.Helper()
+	if len(c.Command) != 1 || c.Command[0] != "/bin/ratelimit" {
+		t.Fatalf("command %q, want [/bin/ratelimit]", c.Command)
+	}
+	cmd := exec.Command(exe)
+	cmd.Args[0] = c.Command[0]
 	var names []string
 	for _, e := range c.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+replace(e.Name, e.Value))
@@ -200,6 +208,17 @@ func configMapMount(t *testing.T, dir string, files map[string]string) {
 // sample rate limit Deployment and its ConfigMap mount, against a real
 // redis-server.
 func TestIstioSampleDeployment(t *testing.T) {
+	link := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.Symlink(binary, link); err != nil {
+		t.Fatal(err)
+	}
+	runIstioSample(t, link)
+}
+
+// runIstioSample runs exe as TestIstioSampleDeployment describes, checks
+// its answers, and returns it running.
+func runIstioSample(t *testing.T, exe string, extraEnv ...string) *sluice {
+	t.Helper()
 	c := loadDeployment(t, "istio-rate-limit-service.yaml")
 	redisSrv := redistest.Start(t)
 	root := t.TempDir() // stands for /data
@@ -222,7 +241,7 @@ descriptors:
   - key: PATH
     rate_limit: {unit: minute, requests_per_unit: 100}
 `})
-	s, names := runAsDeployment(t, c, func(name, v string) string {
+	s, names := runAsDeploymentFrom(t, exe, c, func(name, v string) string {
 		switch name {
 		case "REDIS_URL":
 			return redisSrv.Addr() // for redis:6379
@@ -230,7 +249,7 @@ descriptors:
 			return root // for /data
 		}
 		return v
-	}, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0")
+	}, append([]string{"PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0"}, extraEnv...)...)
 
 	checkEveryVarRead(t, s, names)
 	if !strings.HasPrefix(s.HTTPAddr, "[::]:") || !strings.HasPrefix(s.GRPCAddr, "[::]:") || s.DebugAddr == "" {
@@ -264,6 +283,7 @@ descriptors:
 		!strings.Contains(body, "echo-ratelimit.PATH_/: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false") {
 		t.Errorf("/rlconfig = %d:\n%s", code, body)
 	}
+	return s
 }
 
 // TestEnvoyGatewayDeployment runs Sluice with the env of the Deployment

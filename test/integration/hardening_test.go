@@ -26,12 +26,12 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// The regression tests of issue 12 against the built binary (the attacks
+// The regression tests of the Redis path's hardening against the built binary (the attacks
 // themselves, with their figures, are attack_test.go's, -tags attack).
 
 const hardeningConfig = "test/integration/testdata/hardening"
 
-// TestWindowOverflowRefused is issue 12 item 1 against the binary: a window
+// TestWindowOverflowRefused, against the binary: a window
 // past int64 (a year x 300) loaded and answered INTERNAL. sluice check
 // refuses it with file:line:col; a descriptor limit override of a year x
 // 4294967295, or of a year x 9139726 (which wraps to a plausible 266 days),
@@ -95,7 +95,7 @@ func postJSON(t *testing.T, s *sluice, body string) (int, string) {
 	return r.StatusCode, string(b)
 }
 
-// TestKnownDenialWithAShardDown is issue 12 item 2 against the binary on a
+// TestKnownDenialWithAShardDown, against the binary on a
 // private Cluster: [col][big] answered UNAVAILABLE when big's master was
 // down, although col's slot, decided first, had denied. It must be
 // OVER_LIMIT, as [col] alone is; [big] alone is UNAVAILABLE.
@@ -123,7 +123,7 @@ func TestKnownDenialWithAShardDown(t *testing.T) {
 	}
 }
 
-// TestClusterRefundsLandUnderLoad is issue 12 items 4 and 5 against the
+// TestClusterRefundsLandUnderLoad, against the
 // binary, with the default store timeout (15 ms): on the shared Cluster,
 // 100 and then 400 concurrent callers send [parent][sibling][tight] with
 // hits 2, 3 and 5, tight (30 an hour) in the slot decided last. Refunds were
@@ -195,7 +195,7 @@ func TestClusterRefundsLandUnderLoad(t *testing.T) {
 	}
 }
 
-// TestEvictionKeepsHotKey is issue 12 item 3 against the binary: with the
+// TestEvictionKeepsHotKey, against the binary: with the
 // in-memory store capped at 4096 counters, 200,000 distinct values flood it
 // (64 per request) while a key under 50 a minute is hit between flood
 // requests; it must be admitted at most 1.1x its limit (it was admitted 277
@@ -224,7 +224,7 @@ func TestEvictionKeepsHotKey(t *testing.T) {
 	}
 }
 
-// TestShedWhileRedisPaused is issue 12 item 6 against the binary: once
+// TestShedWhileRedisPaused, against the binary: once
 // Redis, paused, has answered nothing for a while (the store's stall, 200
 // ms), no call is sent to it: each is answered at once by the failure mode
 // (UNAVAILABLE here, saying it was not sent) until Redis answers again. What
@@ -287,7 +287,7 @@ func TestShedWhileRedisPaused(t *testing.T) {
 	}
 }
 
-// TestReloadWhileWritesContinue is issue 12 item 8 against the binary: a
+// TestReloadWhileWritesContinue, against the binary: a
 // config rewritten more often than the debounce never reloaded (50 writes in
 // 10 s, 250 ms debounce: 0 reloads). With --reload-debounce 100ms and a
 // rewrite every 30 ms for 1.5 s, a rewritten limit must be in force before

@@ -247,7 +247,7 @@ func TestHostileRequests(t *testing.T) {
 // gRPC deadline wins: a call sent to Redis is answered DEADLINE_EXCEEDED at
 // that deadline (the server gives up then, its own latency metric says so),
 // never by the domain's failure mode (allow) late. Once the store knows
-// Redis stalled (issue 12 item 6), calls are not sent at all: the failure
+// Redis stalled, calls are not sent at all: the failure
 // mode answers them at once, well before their deadline.
 func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 	srv := redistest.Start(t)
@@ -316,8 +316,8 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 
 // TestSlowHTTPClientsAreCut: connections that send a request's body slowly
 // (or not at all) are closed after --http-read-timeout, so they cannot hold
-// the HTTP listener's goroutines and sockets (issue 12.7: 1000 such
-// connections were held 20 s).
+// the HTTP listener's goroutines and sockets (1000 such connections were
+// once held 20 s).
 func TestSlowHTTPClientsAreCut(t *testing.T) {
 	s := startSluice(t, "--config", "config", "--http-read-timeout", "300ms")
 	const n = 200

@@ -41,7 +41,16 @@ func TestMain(m *testing.M) {
 	binary = os.Getenv("SLUICE_TEST_BINARY")
 	if binary == "" {
 		binary = filepath.Join(dir, "sluice")
-		build := exec.Command("go", "build", "-o", binary, "./cmd/server")
+		// Stamped as make build stamps it, so /config shows the release;
+		// -trimpath as the image's build, so TestImage's linux/amd64 build
+		// finds every package compiled (the stamp is the linker's).
+		v, err := os.ReadFile("../../VERSION")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		stamp := "-X github.com/sluicehq/sluice/internal/version.stamp=" + strings.TrimSpace(string(v))
+		build := exec.Command("go", "build", "-trimpath", "-ldflags", stamp, "-o", binary, "./cmd/server")
 		build.Dir = "../.."
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building sluice failed (run 'go build ./cmd/server' to see why): %v\n%s", err, out)

@@ -34,7 +34,7 @@ func (s *sluice) usage(t *testing.T, key, value string, hits uint64, negative bo
 	return r
 }
 
-// TestTokenBudget is issue 13's bypass, closed: check (hits 0), report 8000,
+// TestTokenBudget is the token budget's bypass, closed: check (hits 0), report 8000,
 // check, report 8000 (over the budget, counted all the same), and the third
 // check is denied; another tenant is unaffected. On Redis and in memory.
 func TestTokenBudget(t *testing.T) {
