@@ -445,6 +445,9 @@ func parseDockerfile(t *testing.T, name string) dockerfile {
 			continue
 		}
 		if cur == nil {
+			if instr == "ARG" {
+				continue // a global build argument (Docker allows ARG before the first FROM)
+			}
 			t.Fatalf("%s:%d: %s before FROM", name, start, instr)
 		}
 		switch instr {
