@@ -12,7 +12,8 @@
 # the others run a minute's limit too, never reached: 2^40 a minute, 1000
 # for the logs; a token bucket that far from its limit is full again within
 # a millisecond, so its key is gone at the next decision, as under the load
-# test's rules), REDIS_SERVER
+# test's rules), CEILING (every request a pool's class of this ceiling, in
+# permille: 800 for 80%; unset for a plain limit), REDIS_SERVER
 # (redis-server; a build with symbols names the functions: KEEP=1 keeps
 # the callgrind output for callgrind_annotate).
 # Needs go, redis-server, valgrind.
@@ -29,7 +30,7 @@ trap 'kill $vg 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 go test -c -o "$tmp/redis.test" ./pkg/redis
 bench() { # iterations
-	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH SLUICE_BENCH_HITS=$HITS SLUICE_BENCH_ALG=${ALG:-} \
+	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH SLUICE_BENCH_HITS=$HITS SLUICE_BENCH_ALG=${ALG:-} SLUICE_BENCH_CEILING=${CEILING:-} \
 		"$tmp/redis.test" -test.run '^$' -test.bench '^BenchmarkScriptSteady$' -test.benchtime "$1x" >"$tmp/bench.out" 2>&1 ||
 		{ cat "$tmp/bench.out" >&2; exit 1; }
 }

@@ -95,5 +95,6 @@ func additions(r *descriptors.Rule) []string {
 	add(r.ValueToMetric, "value_to_metric")
 	add(r.ShareThreshold, "share_threshold")
 	add(r.Metadata != nil, "metadata")
+	add(r.Pool != nil, "classes")
 	return out
 }

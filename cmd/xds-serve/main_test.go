@@ -72,6 +72,9 @@ descriptors:
   - key: d
     quota_mode: true
     rate_limit: {unit: second, requests_per_unit: 1}
+  - key: e
+    rate_limit: {unit: second, requests_per_unit: 10}
+    classes: {key: priority, ceilings: [{value: critical, ceiling: 100%}, {value: default, ceiling: 80%}]}
 `)
 	_, err := resources(cfg)
 	if err == nil {
@@ -85,6 +88,7 @@ descriptors:
 		"api.yaml:6:5: api.b: rate_limit.unit_multiplier" + tail,
 		"api.yaml:8:5: api.c: rate_limits" + tail,
 		"api.yaml:12:5: api.d: quota_mode" + tail,
+		"api.yaml:15:5: api.e: classes" + tail,
 	}, "\n")
 	if err.Error() != want {
 		t.Errorf("resources error:\n%s\nwant:\n%s", err, want)

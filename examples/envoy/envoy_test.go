@@ -103,6 +103,8 @@ func TestEnvoyYAML(t *testing.T) {
 			"edge [remote_address=<client address>]",
 			"edge [streams=<x-api-key>]",
 			"edge [token_budget=<x-api-key>]",
+			"edge [pool=checkout_db, priority=<x-priority>]",
+			"edge [pool=checkout_db]",
 		}
 		sent, errs := simulate(b)
 		for _, err := range errs {
@@ -153,6 +155,10 @@ func TestEnvoyYAMLRequests(t *testing.T) {
 			[]string{"[api_key=bob]", "[generic_key=beta_upload]"}},
 		{"anonymous upload", "/v1/upload", nil, []string{"[" + ca + "]", "[generic_key=beta_upload]"}},
 		{"anonymous anything", "/", nil, []string{"[" + ca + "]"}},
+		{"critical checkout", "/v1/checkout", map[string]string{"x-api-key": "alice", "x-priority": "critical"},
+			[]string{"[api_key=alice]", "[pool=checkout_db, priority=critical]"}},
+		{"checkout without a class", "/v1/checkout", map[string]string{"x-api-key": "alice"},
+			[]string{"[api_key=alice]", "[pool=checkout_db]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := newRequest(tc.path, tc.headers)

@@ -142,7 +142,22 @@ type ruleView struct {
 	ShareThreshold bool           `json:"share_threshold,omitempty"`
 	Metadata       map[string]any `json:"metadata,omitempty"`
 	Line           int            `json:"line"`
+	Classes        *classesView   `json:"classes,omitempty"` // a pool's classes
 	Descriptors    []ruleView     `json:"descriptors,omitempty"`
+}
+
+// classesView is a pool's classes as the config gives them, with each
+// ceiling in force and what it admits in requests.
+type classesView struct {
+	Key      string        `json:"key"`
+	Ceilings []ceilingView `json:"ceilings"`
+	Lowest   string        `json:"lowest"` // the class of a missing or unknown value
+}
+
+type ceilingView struct {
+	Value    string `json:"value"`
+	Ceiling  string `json:"ceiling"`
+	Requests uint32 `json:"requests"` // floor(requests_per_unit x ceiling)
 }
 
 type limitView struct {
@@ -191,6 +206,12 @@ func describeRules(domain string, rules []*descriptors.Rule) []ruleView {
 		if len(r.Limits) > 1 {
 			for _, l := range r.Limits {
 				v.Limits = append(v.Limits, describeLimit(l))
+			}
+		}
+		if p := r.Pool; p != nil {
+			v.Classes = &classesView{Key: p.Key, Lowest: p.Lowest.Value}
+			for _, c := range p.Classes {
+				v.Classes.Ceilings = append(v.Classes.Ceilings, ceilingView{Value: c.Value, Ceiling: c.CeilingText(), Requests: c.Rule.Limit.CeilingRequests()})
 			}
 		}
 		out = append(out, v)

@@ -175,8 +175,12 @@ func TestConfigShowsRules(t *testing.T) {
 		t.Fatalf("/config rules = %+v", out.Rules)
 	}
 	ds := out.Rules[1].Descriptors
-	if len(ds) != 7 {
-		t.Fatalf("%d top-level descriptors, want 7", len(ds))
+	if len(ds) != 8 {
+		t.Fatalf("%d top-level descriptors, want 8", len(ds))
+	}
+	if c := ds[7].Classes; c == nil || c.Key != "priority" || c.Lowest != "test" || len(c.Ceilings) != 4 ||
+		c.Ceilings[1] != (ceilingView{Value: "default", Ceiling: "80%", Requests: 800}) {
+		t.Errorf("the pool's classes = %+v", c)
 	}
 	if ds[4].Key != "token_budget" || ds[5].Limit == nil || ds[5].Limit.Algorithm != "concurrency" {
 		t.Errorf("token_budget and streams = %+v / %+v", ds[4], ds[5])

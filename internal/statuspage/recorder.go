@@ -80,7 +80,8 @@ type ruleStats struct {
 	ring     [ringSeconds]bucket
 	limit    *descriptors.Limit // last limit seen: config reloads may change it
 	shadow   bool
-	cur      *topK // nil when hidden or values are off
+	classes  []*classStats // a pool's classes, in the order first seen
+	cur      *topK         // nil when hidden or values are off
 	prev     *topK
 	curStart int64 // Unix second at which cur started
 }
@@ -129,10 +130,21 @@ func ruleName(domain string, st *ratelimit.Status) string {
 	switch {
 	case st.Rule == nil:
 		return st.Name
+	case st.Rule.Class != nil:
+		return poolName(domain, st.Rule.Class.Pool)
 	case st.Rule.Limit != nil && st.Rule.Limit.Name != "":
 		return st.Rule.Limit.Name
 	}
 	return strings.TrimPrefix(st.Rule.FullKey, domain+".")
+}
+
+// poolName names a pool's rule (every class of it is one rule on the page):
+// its limit's name, else its FullKey without the domain.
+func poolName(domain string, pool *descriptors.Rule) string {
+	if pool.Limit != nil && pool.Limit.Name != "" {
+		return pool.Limit.Name
+	}
+	return strings.TrimPrefix(pool.FullKey, domain+".")
 }
 
 // ObserveDescriptor implements ratelimit.Observer: it counts the descriptor
@@ -151,7 +163,7 @@ func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Stat
 	var over, near, shadowed uint64
 	switch res := st.Result; {
 	case res.Allowed:
-		if l := uint64(st.Limit.RequestsPerUnit); l > 0 && float64(l-min(res.Remaining, l)) > r.opts.NearLimitRatio*float64(l) {
+		if l := uint64(st.Limit.CeilingRequests()); l > 0 && float64(l-min(res.Remaining, l)) > r.opts.NearLimitRatio*float64(l) {
 			near = st.Hits
 		}
 	case st.Shadow:
@@ -174,9 +186,59 @@ func (r *Recorder) ObserveDescriptor(dom *descriptors.Domain, st *ratelimit.Stat
 	b.near += near
 	b.shadowed += shadowed
 	rs.limit, rs.shadow = st.Limit, st.Shadow
+	if st.Rule != nil && st.Rule.Class != nil {
+		rs.class(st.Rule.Class).count(sec, st.Hits, st.Result.Allowed, st.Shadow)
+	}
 	if rs.cur != nil {
 		rs.rotate(sec)
 		rs.cur.add(key, st.Hits, over)
+	}
+}
+
+// classStats counts one class of a pool: per second, the hits its pool
+// admitted and shed. Guarded by its ruleStats' mu.
+type classStats struct {
+	value, ceiling string
+	ring           [ringSeconds]classBucket
+}
+
+type classBucket struct {
+	sec            int64
+	admitted, shed uint64
+}
+
+// maxClasses bounds the classes kept per pool rule (reloads may rename
+// classes); further ones are not counted.
+const maxClasses = 32
+
+// class returns the stats of class c of the pool, adding them if there is
+// room (a sink that is never shown otherwise). rs.mu must be held.
+func (rs *ruleStats) class(c *descriptors.Class) *classStats {
+	for _, cs := range rs.classes {
+		if cs.value == c.Value {
+			cs.ceiling = c.CeilingText()
+			return cs
+		}
+	}
+	cs := &classStats{value: strings.Clone(c.Value), ceiling: c.CeilingText()}
+	if len(rs.classes) < maxClasses {
+		rs.classes = append(rs.classes, cs)
+	}
+	return cs
+}
+
+// count adds a decision of hits in second sec: admitted, or shed unless in
+// shadow mode (which sheds nothing).
+func (cs *classStats) count(sec int64, hits uint64, allowed, shadow bool) {
+	b := &cs.ring[sec%ringSeconds]
+	if b.sec != sec {
+		*b = classBucket{sec: sec}
+	}
+	switch {
+	case allowed:
+		b.admitted += hits
+	case !shadow:
+		b.shed += hits
 	}
 }
 

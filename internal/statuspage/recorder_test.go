@@ -455,3 +455,49 @@ func TestRefundsAndReleasesAreNotHits(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolClassesOnThePage drives a Service on config/edge.yaml: the pool is
+// one rule on the page, with each class's admitted and shed hits per second
+// over the 10 s the rates span, its classes in config order with their
+// ceilings, and a class never seen shown at zero.
+func TestPoolClassesOnThePage(t *testing.T) {
+	cfg, err := descriptors.Load("../../config/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
+	r := NewRecorder(Options{Now: clk.Now})
+	s := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now}), Observers: []ratelimit.Observer{r}})
+	s.SetConfig(cfg)
+	v := r.view(context.Background(), Sources{Config: func() *descriptors.Config { return cfg }})
+	if got := find(t, v, "pool_checkout_db"); len(got.Classes) != 4 || got.Classes[3] != (classView{Class: "test", Ceiling: "50%"}) {
+		t.Fatalf("idle pool: classes %+v, want critical, default, batch, test at zero", got.Classes)
+	}
+	decide := func(class string, n int) {
+		t.Helper()
+		for range n {
+			es := []descriptors.Entry{{Key: "pool", Value: "checkout_db"}, {Key: "priority", Value: class}}
+			if _, err := s.Decide(context.Background(), &ratelimit.Request{Domain: "edge", Descriptors: []ratelimit.Descriptor{{Entries: es}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	decide("default", 900) // 800 admitted, 100 shed
+	decide("critical", 150)
+	decide("batch", 10)
+	clk.Advance(time.Second)
+	v = r.view(context.Background(), Sources{Config: func() *descriptors.Config { return cfg }})
+	got := find(t, v, "pool_checkout_db")
+	want := []classView{
+		{Class: "critical", Ceiling: "100%", AdmittedPerSec: 15},
+		{Class: "default", Ceiling: "80%", AdmittedPerSec: 80, ShedPerSec: 10},
+		{Class: "batch", Ceiling: "70%", ShedPerSec: 1},
+		{Class: "test", Ceiling: "50%"},
+	}
+	if fmt.Sprint(got.Classes) != fmt.Sprint(want) {
+		t.Errorf("classes = %+v, want %+v", got.Classes, want)
+	}
+	if got.DecisionsPerSec != 106 || got.Limit != "1000 / second" {
+		t.Errorf("pool rule: %v decisions/s, limit %q; want 106, 1000 / second", got.DecisionsPerSec, got.Limit)
+	}
+}

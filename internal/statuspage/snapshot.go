@@ -75,6 +75,16 @@ type ruleView struct {
 	Over            []uint64    `json:"over"`
 	Top             []valueView `json:"top"`
 	ValuesHidden    bool        `json:"values_hidden,omitempty"`
+	Classes         []classView `json:"classes,omitempty"` // a pool's classes: the config's, in its order, then others seen
+}
+
+// classView is one class of a pool: its ceiling and the hits per second its
+// pool admitted and shed over the last rateSeconds.
+type classView struct {
+	Class          string  `json:"class"`
+	Ceiling        string  `json:"ceiling"`
+	AdmittedPerSec float64 `json:"admitted_per_s"`
+	ShedPerSec     float64 `json:"shed_per_s"`
 }
 
 type valueView struct {
@@ -105,6 +115,7 @@ func (r *Recorder) ruleViews(now time.Time, cfg *descriptors.Config) []ruleView 
 		if l, ok := configured[ruleKey{rs.domain, rs.rule}]; ok {
 			v.Limit, v.Algorithm = describeRule(l)
 			v.Shadow = l.ShadowMode
+			v.Classes = configClasses(l, v.Classes)
 			delete(configured, ruleKey{rs.domain, rs.rule})
 		}
 		out = append(out, v)
@@ -113,7 +124,8 @@ func (r *Recorder) ruleViews(now time.Time, cfg *descriptors.Config) []ruleView 
 		limit, alg := describeRule(rule)
 		out = append(out, ruleView{Domain: k.domain, Rule: k.rule, Limit: limit, Algorithm: alg,
 			Shadow: rule.ShadowMode, Decisions: make([]uint64, seriesSeconds), Over: make([]uint64, seriesSeconds),
-			Top: []valueView{}, ValuesHidden: r.sensitive[k.domain] || r.sensitive[k.domain+"/"+k.rule]})
+			Top: []valueView{}, ValuesHidden: r.sensitive[k.domain] || r.sensitive[k.domain+"/"+k.rule],
+			Classes: configClasses(rule, nil)})
 	}
 	slices.SortFunc(out, func(a, b ruleView) int {
 		return cmp.Or(strings.Compare(a.Domain, b.Domain), strings.Compare(a.Rule, b.Rule))
@@ -144,6 +156,9 @@ func (rs *ruleStats) view(sec int64, n int) ruleView {
 			refunded += b.refunded
 		}
 	}
+	for _, cs := range rs.classes {
+		v.Classes = append(v.Classes, cs.view(sec))
+	}
 	v.DecisionsPerSec = float64(decisions) / rateSeconds
 	v.HitsPerSec = float64(hits) / rateSeconds
 	v.RefundedPerSec = float64(refunded) / rateSeconds
@@ -157,6 +172,40 @@ func (rs *ruleStats) view(sec int64, n int) ruleView {
 		}
 	}
 	return v
+}
+
+// view is cs at second sec, its rates over the last rateSeconds complete
+// seconds. The caller holds its ruleStats' mu.
+func (cs *classStats) view(sec int64) classView {
+	var admitted, shed uint64
+	for s := sec - rateSeconds; s < sec; s++ {
+		if b := &cs.ring[s%ringSeconds]; b.sec == s {
+			admitted, shed = admitted+b.admitted, shed+b.shed
+		}
+	}
+	return classView{Class: cs.value, Ceiling: cs.ceiling, AdmittedPerSec: float64(admitted) / rateSeconds,
+		ShedPerSec: float64(shed) / rateSeconds}
+}
+
+// configClasses returns the classes of pool rule r in config order (each
+// with its ceiling in force and the rates of seen, when seen holds it),
+// then the classes of seen that the config no longer has; seen when r is
+// no pool.
+func configClasses(r *descriptors.Rule, seen []classView) []classView {
+	if r.Pool == nil {
+		return seen
+	}
+	out := make([]classView, 0, len(r.Pool.Classes)+len(seen))
+	for _, c := range r.Pool.Classes {
+		v := classView{Class: c.Value}
+		if i := slices.IndexFunc(seen, func(s classView) bool { return s.Class == c.Value }); i >= 0 {
+			v = seen[i]
+			seen = slices.Delete(seen, i, i+1)
+		}
+		v.Ceiling = c.CeilingText()
+		out = append(out, v)
+	}
+	return append(out, seen...)
 }
 
 // store is the store's view at second sec.

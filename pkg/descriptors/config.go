@@ -69,14 +69,66 @@ type Rule struct {
 	Children []*Rule
 	// Lineage is the path from the domain root to this rule: Lineage[0] is a
 	// top-level rule and Lineage[len-1] is this rule, so a request entry i
-	// matched by this rule's walk matched Lineage[i].
+	// matched by this rule's walk matched Lineage[i]. A pool's class rule
+	// ends with the pool's rule and itself, so a request without the class
+	// entry has one entry fewer than its Lineage.
 	Lineage []*Rule
 	// File, Line and Column locate the node in its config file (1-based).
 	File         string
 	Line, Column int
 
+	// Pool is the rule's classes (a Sluice addition) when its Limit is a
+	// pool that several classes of request share, nil otherwise. A
+	// request that ends at this rule, or whose next and last entry has the
+	// class key, matches one of Pool.Classes' Rules instead of this one.
+	Pool *Pool
+	// Class is the class this rule counts, for a rule Match returns for a
+	// pool's class (made by the builder, not in Children); nil otherwise.
+	Class *Class
+
 	segments []string // Value split at '*', when Wildcard
 	index    index    // of Children, for Match
+}
+
+// Pool is the classes of a pool rule: one counter, the rule's limit, that
+// every class's hits fill, each class being admitted only while the pool
+// stays within its ceiling.
+type Pool struct {
+	// Key is classes.key: the key of the request entry that names a class.
+	Key string
+	// Classes are classes.ceilings, in config order.
+	Classes []*Class
+	// Lowest is the class with the lowest ceiling (the first in config
+	// order among equal ones): the class of a request whose class entry is
+	// missing or names no class.
+	Lowest *Class
+}
+
+// Class is one class of a Pool.
+type Class struct {
+	// Value is the class entry's value that selects the class.
+	Value string
+	// Ceiling is the class's ceiling in permille of the pool's limit, 1 to
+	// 1000 (limiter.Limit.Ceiling).
+	Ceiling uint16
+	// Rule is the rule a request of the class matches: a child of the pool
+	// rule keyed by the class entry, whose Limit is the pool's at Ceiling
+	// and whose counter is the pool's (counted without the class entry).
+	// It is not among the pool rule's Children.
+	Rule *Rule
+	// Pool is the pool's rule.
+	Pool *Rule
+}
+
+// PoolEntries returns how many leading entries of a request descriptor
+// matched to r name its counter: for a pool's class, those of the pool's
+// rule (the class entry is left out, so every class shares the pool's
+// counter), else n, the descriptor's entries.
+func (r *Rule) PoolEntries(n int) int {
+	if r == nil || r.Class == nil {
+		return n
+	}
+	return min(n, len(r.Class.Pool.Lineage))
 }
 
 // Error is one problem in a config file (or other source). Error() formats

@@ -17,10 +17,12 @@ import (
 var (
 	fileKeys       = []string{"domain", "descriptors", "failure_mode"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
-		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+		"detailed_metric", "value_to_metric", "share_threshold", "metadata", "classes"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"unit_multiplier", "algorithm", "burst", "sub_windows", "overdraw"}
 	replacesKeys = []string{"name"}
+	classesKeys  = []string{"key", "ceilings"}
+	ceilingKeys  = []string{"value", "ceiling"}
 )
 
 const (
@@ -277,10 +279,55 @@ func (p *decoder) node(n *yaml.Node, path string, depth int) *Node {
 	nd.RateLimits = get(p, m, "rate_limits", path, func(f field, path string) ([]*RateLimitNode, bool) {
 		return p.rateLimits(f.val, path, depth)
 	})
+	if f, ok := m.fields["classes"]; ok {
+		nd.Classes = p.classes(f, path+".classes", depth)
+	}
 	if f, ok := m.fields["descriptors"]; ok {
 		nd.Descriptors = p.descriptors(f.val, path+".descriptors", depth+1)
 	}
 	return nd
+}
+
+// classes decodes a classes mapping (key, ceilings). It returns nil for a
+// node that is not a mapping (reporting it) and for a null.
+func (p *decoder) classes(f field, path string, depth int) *ClassesNode {
+	n := deref(f.val)
+	if isNull(n) {
+		return nil
+	}
+	m, ok := p.mapping(n, path, "a classes mapping (key, ceilings)", classesKeys, depth)
+	if !ok {
+		return nil
+	}
+	return &ClassesNode{
+		Pos: posOf(f.key),
+		Key: get(p, m, "key", path, p.str),
+		Ceilings: get(p, m, "ceilings", path, func(f field, path string) ([]*CeilingNode, bool) {
+			return p.ceilings(f.val, path, depth)
+		}),
+	}
+}
+
+// ceilings decodes classes.ceilings, a list of {value, ceiling} mappings;
+// an item that is not a mapping is a nil entry. ok is false (and an error
+// reported) when n is not a list.
+func (p *decoder) ceilings(n *yaml.Node, path string, depth int) ([]*CeilingNode, bool) {
+	n = deref(n)
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list of {value: ..., ceiling: ...%%}, got %s", describe(n))
+		return nil, false
+	}
+	items := make([]*CeilingNode, len(n.Content))
+	for i, item := range n.Content {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		m, ok := p.mapping(item, ipath, "a mapping {value: ..., ceiling: ...%}", ceilingKeys, depth)
+		if !ok {
+			continue
+		}
+		items[i] = &CeilingNode{Pos: posOf(m.node), Value: get(p, m, "value", ipath, p.str),
+			Ceiling: get(p, m, "ceiling", ipath, p.str)}
+	}
+	return items, true
 }
 
 // rateLimit decodes a rate_limit mapping. It returns nil for a null and

@@ -112,13 +112,25 @@ type Limit struct {
 	// default (the --overdraw setting) decides. Never true for sliding_log
 	// or concurrency.
 	Overdraw *bool
+	// Ceiling is, on the limit of a pool's class, the class's ceiling in
+	// permille of the pool (classes.ceilings[].ceiling, 1 to 1000); 0 on
+	// every other limit. It is limiter.Limit.Ceiling: not part of the
+	// counter's identity.
+	Ceiling uint16
 }
 
 // Store returns the limiter.Limit that counts l: its rate, window and
 // algorithm with its parameters.
 func (l *Limit) Store() limiter.Limit {
 	return limiter.Limit{Requests: uint64(l.RequestsPerUnit), Window: l.Window(), Algorithm: l.Algorithm,
-		Burst: uint64(l.Burst), SubWindows: l.SubWindows}
+		Burst: uint64(l.Burst), SubWindows: l.SubWindows, Ceiling: l.Ceiling}
+}
+
+// CeilingRequests is the requests_per_unit that responses name for l: for
+// the limit of a pool's class, the class's ceiling in requests,
+// floor(requests_per_unit x ceiling); else requests_per_unit.
+func (l *Limit) CeilingRequests() uint32 {
+	return uint32(limiter.Limit{Ceiling: l.Ceiling}.CeilingOf(uint64(l.RequestsPerUnit)))
 }
 
 // FailureMode is what a domain answers when the store fails: its

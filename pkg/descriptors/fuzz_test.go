@@ -67,6 +67,9 @@ descriptors:
 		"domain: !foo a\ndescriptors: [{key: !!binary aGk=, value: !!str 1}]\n",
 		// Windows at and past MaxWindow (a year x 300 overflowed int64).
 		"domain: a\ndescriptors: [{key: a, rate_limit: {unit: year, unit_multiplier: 10, requests_per_unit: 1}}, {key: b, rate_limit: {unit: year, unit_multiplier: 300, requests_per_unit: 1}}]\n",
+		// A pool with classes, ceilings at the edges and a child: the class
+		// rules the builder makes, and their errors.
+		"domain: a\ndescriptors: [{key: p, rate_limit: {unit: second, requests_per_unit: 7}, classes: {key: c, ceilings: [{value: x, ceiling: 100%}, {value: y, ceiling: 14.3%}, {value: z, ceiling: 0.1%}]}, descriptors: [{key: c}]}]\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -38,7 +38,24 @@ func newIndex(rules []*Rule) index {
 			l.exact[r.Value] = r
 		}
 		r.index = newIndex(r.Children)
+		if r.Pool != nil {
+			r.index = r.index.withClasses(r.Pool)
+		}
 	}
+	return x
+}
+
+// withClasses returns x with the level of p's class entry: each class's
+// rule by its value, and the lowest class's for any other value.
+func (x index) withClasses(p *Pool) index {
+	if x == nil {
+		x = make(index)
+	}
+	l := &level{exact: make(map[string]*Rule, len(p.Classes)), keyOnly: p.Lowest.Rule}
+	for _, c := range p.Classes {
+		l.exact[c.Value] = c.Rule
+	}
+	x[p.Key] = l
 	return x
 }
 
@@ -70,6 +87,12 @@ func (x index) lookup(e Entry) *Rule {
 // by the last entry, so a request must be exactly as deep as the rule: a
 // parent's limit is never a fallback.
 //
+// A rule with classes (a pool) is matched as one of its classes: by the
+// entry after the pool's, whose key is the class key, if it is the last
+// (its value naming the class, any other value the lowest), and as the
+// lowest class when the entries end at the pool. The Rule returned is then
+// the class's (Rule.Class).
+//
 // Match returns nil for an unknown domain, for no entries, and when some
 // entry selects nothing. It may return a rule with a nil Limit (a
 // whitelist, or Unlimited). Match does not allocate and is safe for
@@ -89,6 +112,10 @@ func (c *Config) Match(domain string, entries []Entry) *Rule {
 			return nil
 		}
 		x = r.index
+	}
+	if r.Pool != nil {
+		// No class entry: the lowest class.
+		return r.Pool.Lowest.Rule
 	}
 	return r
 }

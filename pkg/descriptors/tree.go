@@ -92,6 +92,37 @@ type Node struct {
 	// Metadata is the metadata block as decoded YAML (maps, lists, strings,
 	// numbers, bools), nil when absent; the xDS proto has none.
 	Metadata map[string]any
+	// Classes is classes (a Sluice addition): the node's rate_limit is a
+	// pool that requests of several classes share, each up to its
+	// ceiling. nil when absent; the xDS proto has none.
+	Classes *ClassesNode
+}
+
+// ClassesNode is the classes block of a Node: the entry that names a
+// request's class, and each class's ceiling.
+type ClassesNode struct {
+	// Pos is where the classes block is (its key), for errors about it as
+	// a whole and about missing fields.
+	Pos Pos
+	// Key is classes.key, the key of the entry that names the class: given,
+	// non-empty, and no ancestor's key.
+	Key Field[string]
+	// Ceilings is classes.ceilings, one item per class; nil entries are
+	// items the source could not decode.
+	Ceilings Field[[]*CeilingNode]
+}
+
+// CeilingNode is one class of a ClassesNode.
+type CeilingNode struct {
+	// Pos is where the item is, for errors about missing fields.
+	Pos Pos
+	// Value is the class entry's value that selects the class: given,
+	// non-empty, matched exactly, and unique among the ceilings.
+	Value Field[string]
+	// Ceiling is the class's ceiling as written: a percentage of the
+	// pool's limit ("80%", "12.5%"), above 0% and at most 100%, with at
+	// most one decimal.
+	Ceiling Field[string]
 }
 
 // RateLimitNode is the rate_limit of a Node (RateLimitPolicy in the xDS

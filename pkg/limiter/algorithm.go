@@ -136,6 +136,13 @@ func AlgorithmsWith(has func(Traits) bool) []Algorithm {
 // The steps are few and coarse on purpose: each is an indirect call, and the
 // Lua section groups them the same way (read, decide, write, report).
 //
+// decide and report apply l's Ceiling (a pool's class): they read the
+// algorithm's limit (Requests, a token bucket's burst) through
+// l.CeilingOf, so a class is admitted only while the counter stays within
+// its ceiling, and Remaining and the resets are relative to it. capacity,
+// roll, consume and expires ignore it: counting, refill and expiry are the
+// counter's, whichever class sends the hit.
+//
 // l is the hit's own Limit, except in consume and expires, which act once
 // per counter and get the Limit of the counter's first hit in the request
 // (hits on one counter share Window and Algorithm, not Requests). Times are
@@ -145,7 +152,8 @@ type algorithm interface {
 	// the field. Window and Algorithm are already valid, and Limit.Validate
 	// has refused the parameters its Traits do not take.
 	validate(l Limit) error
-	// capacity is the most hits l can ever admit at once (Limit.Capacity).
+	// capacity is the most hits l can ever admit at once without its
+	// Ceiling (Limit.Capacity applies it).
 	capacity(l Limit) uint64
 	// roll returns s as seen at nowMs. It may read l only through the
 	// counter's identity (Window, Algorithm), since every hit on a counter
@@ -153,7 +161,7 @@ type algorithm interface {
 	roll(s State, nowMs int64, l Limit) State
 	// decide reports whether n more hits fit under l on the rolled s, and if
 	// not, the time until they would with no further traffic (at least 1).
-	// n <= l.Capacity().
+	// n <= l.Capacity() (the capacity under the Ceiling).
 	decide(s State, nowMs int64, l Limit, n uint64) (ok bool, retryMs int64)
 	// consume returns the rolled s after admitting inc hits and then
 	// refunding dec (never below empty). inc and dec are each the largest

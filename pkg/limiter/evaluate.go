@@ -19,7 +19,9 @@ import (
 // the largest among its refunds, never below empty, saturating at MaxCount.
 // Every hit is decided with the growth its counter takes (that largest Hits),
 // each against its own Limit; a hit with more Hits than its Limit's Capacity
-// is never Allowed (ExceedsLimit, RetryAfter one Window). An Overdraw hit is
+// is never Allowed (ExceedsLimit, RetryAfter one Window); a Limit's Ceiling
+// lowers both what it admits and its Capacity, never what its counter
+// counts. An Overdraw hit is
 // Allowed while one more hit fits, whatever its Hits, and its counter grows
 // by the largest Hits among its overdraw hits even when the request is
 // denied (Limit.Overdraw).
@@ -79,7 +81,7 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 			// Allowed while the counter is under the limit, whatever n.
 			ok, retry := a.decide(next[i], nowMs, h.Limit, 1)
 			results[i] = Result{Allowed: ok, RetryAfter: msDuration(retry)}
-		case n > a.capacity(h.Limit):
+		case n > h.Limit.CeilingOf(a.capacity(h.Limit)):
 			results[i] = Result{ExceedsLimit: true, RetryAfter: h.Limit.Window}
 		default:
 			ok, retry := a.decide(next[i], nowMs, h.Limit, n)

@@ -38,7 +38,7 @@ func (fixedWindow) roll(s State, nowMs int64, l Limit) State {
 // decide admits n iff count + n <= limit; otherwise the retry is the end of
 // the window, when the count is zero (n <= limit).
 func (fixedWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64) {
-	if float64(float64(s.N1)+float64(n)) <= float64(l.Requests) {
+	if float64(float64(s.N1)+float64(n)) <= float64(l.CeilingOf(l.Requests)) {
 		return true, 0
 	}
 	w := l.Window.Milliseconds()
@@ -68,7 +68,7 @@ func (fixedWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64, 
 	if !allowed {
 		return 0, reset
 	}
-	r := float64(float64(l.Requests) - float64(s.N1))
+	r := float64(float64(l.CeilingOf(l.Requests)) - float64(s.N1))
 	if r <= 0 {
 		return 0, reset
 	}

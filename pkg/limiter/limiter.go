@@ -50,6 +50,34 @@ type Limit struct {
 	// nor refunds). Not part of the counter's identity. SlidingLog and
 	// Concurrency refuse it.
 	Overdraw bool
+	// Ceiling is the share of the limit, in permille, that this hit may fill
+	// the counter to: a pool's class (rate_limit classes) is admitted only
+	// while the counter, counting every class's hits, stays within
+	// Ceiling/1000 of the Capacity (a token bucket's burst, a concurrency
+	// limit's slots). Zero means 1000, the whole limit; Validate refuses
+	// more than 1000. Every algorithm applies it when it decides and
+	// reports (Remaining, ResetAfter and RetryAfter are relative to the
+	// ceiling, and Capacity is the ceiling's), while counting, refill and
+	// expiry stay the counter's. Not part of the counter's identity, so
+	// the classes of one pool share its counter; see CeilingOf for the
+	// rounding. With a Ceiling, Requests and Burst must be at most MaxCount.
+	Ceiling uint16
+}
+
+// MaxCeiling is the largest Limit.Ceiling, the whole limit, in permille.
+const MaxCeiling = 1000
+
+// CeilingOf returns the part of x (hits) that l's Ceiling admits:
+// floor(x * Ceiling / 1000), and x when Ceiling is 0 or 1000. It is computed
+// as floor(x/1000)*Ceiling + floor((x mod 1000)*Ceiling/1000), so that every
+// intermediate stays below 2^53 for any x up to MaxCount and the Lua twin,
+// in doubles, computes the same integer.
+func (l Limit) CeilingOf(x uint64) uint64 {
+	c := uint64(l.Ceiling)
+	if c == 0 || c >= MaxCeiling {
+		return x
+	}
+	return x/MaxCeiling*c + x%MaxCeiling*c/MaxCeiling
 }
 
 // DefaultSubWindows is the sub_windows of a sliding_window rate limit whose
@@ -87,6 +115,13 @@ func (l Limit) Validate() error {
 	if l.Window <= 0 || l.Window%time.Millisecond != 0 {
 		return fmt.Errorf("limiter: window: %v is not a positive whole number of milliseconds", l.Window)
 	}
+	if l.Ceiling > MaxCeiling {
+		return fmt.Errorf("limiter: ceiling: %d permille is over %d, the whole limit", l.Ceiling, MaxCeiling)
+	}
+	if l.Ceiling != 0 && (l.Requests > MaxCount || l.Burst > MaxCount) {
+		// Above 2^52 the Lua twin's doubles could not take the share exactly.
+		return fmt.Errorf("limiter: ceiling: a ceiling on %d requests and a burst of %d: both must be at most 2^52", l.Requests, l.Burst)
+	}
 	t := algorithms[l.Algorithm].Traits
 	switch {
 	case l.Burst != 0 && !t.Burst:
@@ -122,21 +157,23 @@ func algorithmList(has func(Traits) bool) string {
 }
 
 // Capacity returns the most hits l can ever admit at once: Burst (default
-// Requests) for a token bucket, Requests for the other algorithms. A hit with more Hits than that is never Allowed (its
-// Result says ExceedsLimit). It returns 0 for a Limit whose Algorithm is not
-// registered.
+// Requests) for a token bucket, Requests for the other algorithms, each
+// under l's Ceiling (CeilingOf). A hit with more Hits than that is never
+// Allowed (its Result says ExceedsLimit). It returns 0 for a Limit whose
+// Algorithm is not registered.
 func (l Limit) Capacity() uint64 {
 	if !l.Algorithm.valid() {
 		return 0
 	}
-	return algorithms[l.Algorithm].capacity(l)
+	return l.CeilingOf(algorithms[l.Algorithm].capacity(l))
 }
 
 // Hit asks for Hits units of one Limit on the counter named by Key.
 //
 // The counter's identity is (Key, Limit.Window, Limit.Algorithm,
 // Limit.SubWindowCount()): two hits with the same Key but different windows
-// count separately. Key is opaque to the
+// count separately, and hits that differ only in Requests, Burst, Overdraw
+// or Ceiling share one counter. Key is opaque to the
 // store; any bytes are allowed, the empty string included. The zero Hit
 // checks key "" without consuming, and its zero Limit does not Validate.
 type Hit struct {

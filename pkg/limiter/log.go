@@ -71,11 +71,11 @@ func (slidingLog) roll(s State, nowMs int64, l Limit) State {
 // decide admits n iff count + n <= limit; otherwise the retry is the time
 // until the (count + n - limit)-th oldest entry leaves the window.
 func (slidingLog) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64) {
-	count := uint64(len(s.Slots))
-	if count+n <= l.Requests {
+	count, lim := uint64(len(s.Slots)), l.CeilingOf(l.Requests)
+	if count+n <= lim {
 		return true, 0
 	}
-	k := count + n - l.Requests // 1 <= k <= count, as n <= Requests
+	k := count + n - lim // 1 <= k <= count, as n <= lim (the counter may hold more than lim: other classes)
 	return false, s.Slots[k-1] + l.Window.Milliseconds() - nowMs
 }
 
@@ -108,18 +108,18 @@ func (a slidingLog) consume(s State, nowMs int64, _ Limit, inc, dec uint64) Stat
 // report: remaining is limit - count; the reset is the time until the
 // newest entry leaves the window.
 func (slidingLog) report(s State, nowMs int64, l Limit, allowed bool) (uint64, int64) {
-	n := len(s.Slots)
+	n, lim := len(s.Slots), l.CeilingOf(l.Requests)
 	if n == 0 {
 		if allowed {
-			return l.Requests, 0
+			return lim, 0
 		}
 		return 0, 0
 	}
 	reset := s.Slots[n-1] + l.Window.Milliseconds() - nowMs
-	if !allowed || uint64(n) >= l.Requests {
+	if !allowed || uint64(n) >= lim {
 		return 0, reset
 	}
-	return l.Requests - uint64(n), reset
+	return lim - uint64(n), reset
 }
 
 func (slidingLog) expires(s State, l Limit) int64 {

@@ -148,6 +148,12 @@ type memEntry struct {
 func newEntry(s State, nowMs int64, l Limit, r Result) memEntry {
 	a := algorithms[l.Algorithm]
 	rem := r.Remaining
+	if l.Ceiling != 0 {
+		// A pool's class reports against its ceiling; the counter is
+		// weighed by what it holds against the whole limit.
+		l.Ceiling = 0
+		r.Allowed = false
+	}
 	if !r.Allowed { // Remaining was not computed: report it
 		rem, _ = a.report(a.roll(s, nowMs, l), nowMs, l, true)
 	}

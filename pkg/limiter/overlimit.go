@@ -223,6 +223,7 @@ func appendSignature(b []byte, hits []Hit) []byte {
 		b = binary.AppendVarint(b, int64(h.Limit.Window))
 		b = append(b, byte(h.Limit.Algorithm), h.Limit.SubWindows)
 		b = binary.AppendUvarint(b, h.Limit.Burst)
+		b = binary.AppendUvarint(b, uint64(h.Limit.Ceiling))
 		b = binary.AppendUvarint(b, h.Hits)
 		f := byte(0)
 		if h.Limit.Overdraw {

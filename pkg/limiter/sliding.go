@@ -75,7 +75,7 @@ func (slidingWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int6
 	}
 	w := l.Window.Milliseconds()
 	e := elapsed(nowMs, w, s.At)
-	L, W, E := float64(l.Requests), float64(w), float64(e)
+	L, W, E := float64(l.CeilingOf(l.Requests)), float64(w), float64(e)
 	p, cur, nf := float64(s.N2), float64(s.N1), float64(n)
 	weighted := float64(p * float64(W-E))
 	if float64(weighted+float64(float64(cur+nf)*W)) <= float64(L*W) {
@@ -131,7 +131,7 @@ func (slidingWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64
 	if !allowed {
 		return 0, reset
 	}
-	L, W, E := float64(l.Requests), float64(w), float64(e)
+	L, W, E := float64(l.CeilingOf(l.Requests)), float64(w), float64(e)
 	p, cur := float64(s.N2), float64(s.N1)
 	r := math.Floor(float64(float64(float64(L*W)-float64(p*float64(W-E)))-float64(cur*W)) / W)
 	if r <= 0 {

@@ -61,7 +61,7 @@ func subSum(slots []int64) float64 {
 // time until enough of the oldest sub-windows have left the estimate.
 func subDecide(st State, nowMs int64, l Limit, subs int64, n uint64) (bool, int64) {
 	sub := l.Window.Milliseconds() / subs
-	L, nf := float64(l.Requests), float64(n)
+	L, nf := float64(l.CeilingOf(l.Requests)), float64(n)
 	rest := subSum(st.Slots)
 	if float64(rest+nf) <= L {
 		return true, 0
@@ -117,7 +117,7 @@ func subReport(st State, nowMs int64, l Limit, subs int64, allowed bool) (uint64
 	if !allowed {
 		return 0, reset
 	}
-	r := float64(float64(l.Requests) - subSum(st.Slots))
+	r := float64(float64(l.CeilingOf(l.Requests)) - subSum(st.Slots))
 	if r <= 0 {
 		return 0, reset
 	}

@@ -28,7 +28,9 @@ import (
 // operations that the Lua twin repeats). The zero State is a full bucket.
 type tokenBucket struct{}
 
-// tokenParams returns R', W' and B*W' of l (see tokenBucket); R' = 0 when l
+// tokenParams returns R', W' and B*W' of l (see tokenBucket), B being the
+// burst under l's Ceiling: a class of a pool may drive the debt only to its
+// share of the bucket, while the refill, R', is the pool's. R' = 0 when l
 // refills nothing (Requests 0).
 func tokenParams(l Limit) (rp, wp, bw int64) {
 	w := l.Window.Milliseconds()
@@ -37,7 +39,7 @@ func tokenParams(l Limit) (rp, wp, bw int64) {
 	}
 	g := gcd(l.Requests, uint64(w))
 	rp, wp = int64(l.Requests/g), w/int64(g)
-	return rp, wp, int64(l.Capacity()) * wp
+	return rp, wp, int64(l.CeilingOf(tokenBucket{}.capacity(l))) * wp
 }
 
 func gcd(a, b uint64) uint64 {
@@ -60,7 +62,7 @@ func (tokenBucket) validate(l Limit) error {
 	w := l.Window.Milliseconds()
 	g := gcd(l.Requests, uint64(w))
 	wp := uint64(w) / g
-	if b := l.Capacity(); b > MaxCount/wp || l.Requests/g > MaxCount {
+	if b := (tokenBucket{}).capacity(l); b > MaxCount/wp || l.Requests/g > MaxCount {
 		return fmt.Errorf("limiter: burst: %d tokens refilled at %d per %d ms cannot be counted exactly "+
 			"(burst x window_ms / gcd(requests, window_ms) must be at most 2^52): lower burst or requests, or shorten the window", b, l.Requests, w)
 	}

@@ -27,7 +27,8 @@ const maxKeyValue = 128
 // descriptors share a counter whatever bytes their values hold. An entry
 // matched by a wildcard rule with share_threshold contributes the rule's
 // pattern instead of its value, so every matching value shares one counter.
-// rule is the matched rule, nil if none. override marks a descriptor limit
+// A pool's class leaves its class entry out: every class of a pool counts on
+// the pool's counter. rule is the matched rule, nil if none. override marks a descriptor limit
 // override, which counts in a counter of its own (never the configured
 // limit's), identified by the entries alone: the store adds the window and
 // the algorithm, and the override's requests_per_unit is left out, so a
@@ -43,6 +44,9 @@ func counterKey(domain string, entries []descriptors.Entry, rule *descriptors.Ru
 		buf = make([]byte, 0, n)
 	}
 	buf = appendPart(buf, domain)
+	if !override {
+		entries = entries[:rule.PoolEntries(len(entries))] // a pool's class counts on the pool
+	}
 	for i, e := range entries {
 		v, tag := e.Value, byte(tagEntry)
 		if !override && rule != nil && i < len(rule.Lineage) {

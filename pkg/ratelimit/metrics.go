@@ -25,8 +25,11 @@ const DefaultNearLimitRatio = 0.8
 // (that entry's value), which ask for the values and so win over the name.
 // All hit counters count hits (hits_addend), not calls. Hits given back
 // (is_negative_hits) are not hits: they count in refunded_hits, or for a
-// concurrency limit in released_slots, and in no other counter. Metrics is
-// safe for concurrent use; a nil *Metrics records nothing.
+// concurrency limit in released_slots, and in no other counter. A pool's
+// classes also count, by domain, pool rule and class, the hits each class
+// had admitted and shed (pool_class_admitted, pool_class_shed), and their
+// near-limit ratio is of the class's ceiling. Metrics is safe for
+// concurrent use; a nil *Metrics records nothing.
 type Metrics struct {
 	nearRatio float64
 
@@ -41,13 +44,19 @@ type Metrics struct {
 	storeCalls      *prometheus.CounterVec
 	storeLatency    prometheus.Histogram
 	storeOK         func() prometheus.Counter // storeCalls{result="ok"}, looked up once
+	classAdmitted   *prometheus.CounterVec
+	classShed       *prometheus.CounterVec
 
 	// rules caches the hit counters of the rule labels that come from the
 	// config (not from request values), so that a decision does not look
 	// them up in their vectors (hashing and comparing the labels) each time.
-	mu    sync.RWMutex
-	rules map[ruleKey]*ruleCounters
+	mu      sync.RWMutex
+	rules   map[ruleKey]*ruleCounters
+	classes map[classKey]*[2]prometheus.Counter // admitted, shed
 }
+
+// classKey is the labels of the counters of one class of a pool.
+type classKey struct{ domain, rule, class string }
 
 // The hit counters of one rule, indexes into ruleCounters.
 const (
@@ -81,6 +90,7 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 		nearRatio = DefaultNearLimitRatio
 	}
 	rule := []string{"domain", "rule"}
+	poolClass := []string{"domain", "rule", "class"}
 	counter := func(name, help string, labels []string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
@@ -101,11 +111,16 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 		storeCalls: counter("sluice_store_calls_total", "Store calls, by result (ok, error).", []string{"result"}),
 		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_store_call_duration_seconds",
 			Help: "Latency of store calls.", Buckets: LatencyBuckets}),
+		classAdmitted: counter("sluice_pool_class_admitted_total",
+			"Hits of a class that its pool admitted (within the class's ceiling), by domain, pool rule and class.", poolClass),
+		classShed: counter("sluice_pool_class_shed_total",
+			"Hits of a class that its pool shed (over the class's ceiling; shadow mode aside), by domain, pool rule and class.", poolClass),
 	}
 	m.rules = make(map[ruleKey]*ruleCounters)
+	m.classes = make(map[classKey]*[2]prometheus.Counter)
 	m.storeOK = sync.OnceValue(func() prometheus.Counter { return m.storeCalls.WithLabelValues("ok") })
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowOverLimit,
-		m.refundedHits, m.releasedSlots, m.failureAnswers, m.storeCalls, m.storeLatency} {
+		m.refundedHits, m.releasedSlots, m.failureAnswers, m.storeCalls, m.storeLatency, m.classAdmitted, m.classShed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -200,7 +215,41 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 			m.observeRefund(dom.Name, rule, fixed, st.Hits, ls.Limit.Algorithm.Traits().InFlight)
 			continue
 		}
-		m.observe(dom.Name, rule, fixed, st.Hits, ls.Result.Allowed, st.Shadow, ls.Result.Remaining, uint64(ls.Limit.RequestsPerUnit))
+		m.observe(dom.Name, rule, fixed, st.Hits, ls.Result.Allowed, st.Shadow, ls.Result.Remaining, uint64(ls.Limit.CeilingRequests()))
+	}
+	if r := st.Rule; r != nil && r.Class != nil && !st.Refund && !st.Override && len(st.Limits) > 0 {
+		m.observeClass(dom.Name, r.Class, st.Hits, st.Limits[0].Result.Allowed, st.Shadow)
+	}
+}
+
+// observeClass records the outcome of a pool's class: hits admitted, or
+// shed (a shadow-mode pool sheds nothing). The rule label is the pool's:
+// its limit's name, else its FullKey without the domain.
+func (m *Metrics) observeClass(domain string, c *descriptors.Class, hits uint64, allowed, shadow bool) {
+	if !allowed && shadow {
+		return
+	}
+	rule := c.Pool.Limit.Name
+	if rule == "" {
+		rule = strings.TrimPrefix(c.Pool.FullKey, domain+".")
+	}
+	k := classKey{domain, rule, c.Value}
+	m.mu.RLock()
+	cs := m.classes[k]
+	m.mu.RUnlock()
+	if cs == nil {
+		m.mu.Lock()
+		if cs = m.classes[k]; cs == nil {
+			cs = &[2]prometheus.Counter{m.classAdmitted.WithLabelValues(domain, rule, c.Value),
+				m.classShed.WithLabelValues(domain, rule, c.Value)}
+			m.classes[k] = cs
+		}
+		m.mu.Unlock()
+	}
+	if allowed {
+		cs[0].Add(float64(hits))
+	} else {
+		cs[1].Add(float64(hits))
 	}
 }
 

@@ -125,7 +125,7 @@ func (m *PeerMetrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, ent
 // envoyproxy/ratelimit counts them: all of them when the count was already
 // there before, else those past it.
 func (m *PeerMetrics) nearHits(st *Status) uint64 {
-	limit := uint64(st.Limit.RequestsPerUnit)
+	limit := uint64(st.Limit.CeilingRequests()) // a pool's class: of its ceiling
 	threshold := uint64(math.Floor(float64(limit) * m.nearRatio))
 	after := limit - min(st.Result.Remaining, limit)
 	if after <= threshold {

@@ -49,7 +49,7 @@ func (s *Service) result(d *Decision, req *Request, idx []int, hits []limiter.Hi
 			ce.Write(zap.String("domain", d.Domain.Name), zap.Int("descriptor", i), zap.String("limit_name", st.Name),
 				zap.Bool("allowed", r.Allowed), zap.Bool("over_limit", r.OverLimit), zap.Bool("exceeds_limit", r.ExceedsLimit),
 				zap.Uint64("limit_remaining", r.Remaining), zap.Bool("shadow_mode", st.Shadow),
-				zap.Uint64("hits_addend", st.Hits), zap.Uint64("requests_per_unit", uint64(st.Limit.RequestsPerUnit)))
+				zap.Uint64("hits_addend", st.Hits), zap.Uint64("requests_per_unit", uint64(st.Limit.CeilingRequests())))
 		}
 	}
 	d.Binding = binding(d)

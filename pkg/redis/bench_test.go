@@ -207,7 +207,9 @@ var benchKeys = 20000
 // SLUICE_BENCH_HITS (1) descriptors, on
 // SLUICE_BENCH_KEYS counters (10,000) in turn, of the default sliding window
 // (a minute, 50 sub-windows; SLUICE_BENCH_ALG names another algorithm of a
-// minute, e.g. fixed_window), on a clock of its own on which each counter is
+// minute, e.g. fixed_window; SLUICE_BENCH_CEILING makes every request a
+// pool's class of that ceiling in permille, e.g. 800, never reached), on a
+// clock of its own on which each counter is
 // hit every 625 ms (as at 16,000 decisions/s on 10,000 counters), so that
 // every counter holds a hit or two in each of its sub-windows. The clock is kept in Redis under the prefix, so that a run
 // with SLUICE_BENCH_PREFIX continues the last: warm the counters up with a
@@ -250,6 +252,13 @@ func BenchmarkScriptSteady(b *testing.B) {
 		if a == limiter.SlidingLog || a == limiter.Concurrency {
 			l.Requests = limiter.MaxLogRequests
 		}
+	}
+	if v := os.Getenv("SLUICE_BENCH_CEILING"); v != "" {
+		c, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || c > limiter.MaxCeiling {
+			b.Fatalf("SLUICE_BENCH_CEILING=%q: want a ceiling in permille, 0 to %d", v, limiter.MaxCeiling)
+		}
+		l.Ceiling = uint16(c)
 	}
 	n := 0
 	for b.Loop() {

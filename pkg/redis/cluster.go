@@ -288,6 +288,9 @@ func (d *decider) splitKeys(hits []limiter.Hit, keys []string) (groups []*group,
 			h := hits[i]
 			g.e.hits[j] = hitArg{key: kidx[first[i]], requests: float64(h.Limit.Requests), burst: float64(h.Limit.Burst),
 				hits: float64(h.Hits), flags: flags(h, inc[first[i]], quotaSplit)}
+			if g.e.hits[j].flags&flagCeiling != 0 {
+				g.e.hits[j].ceiling = float64(h.Limit.Capacity()) // computed here in integers, so the twins agree exactly
+			}
 		}
 	}
 	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
@@ -325,6 +328,9 @@ func flags(h limiter.Hit, inc uint64, quotaSplit bool) byte {
 	}
 	if h.Quota {
 		f |= flagQuota
+	}
+	if c := h.Limit.Ceiling; c != 0 && c < limiter.MaxCeiling {
+		f |= flagCeiling
 	}
 	return f
 }

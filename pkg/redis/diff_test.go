@@ -238,7 +238,8 @@ func sameState(a, b limiter.State) bool {
 // TestDifferential drives limiter.Evaluate (the Go twin) and the Lua script
 // with the same explicit clock and the same random requests, and requires
 // identical Results, identical admissions and identical stored counters. The
-// requests mix every algorithm, refunds, shadow hits and quota groups.
+// requests mix every algorithm, refunds, shadow hits, quota groups and the
+// ceilings of pools' classes.
 //
 // Redis expires keys on its own (real) clock while the test clock is
 // simulated, so a counter with a short window may vanish from Redis while the
@@ -367,7 +368,8 @@ func decideAll(t *testing.T, s *Store, nowMs int64, reqs [][]limiter.Hit) [][]li
 }
 
 // randomRequest returns 1 to 4 random hits on a few keys and windows, with
-// every algorithm, refunds, shadow hits and quota groups mixed in; limits
+// every algorithm, refunds, shadow hits, quota groups and pools' class
+// ceilings (on a third of the hits) mixed in; limits
 // that an algorithm refuses are replaced by valid ones (randomLimit).
 func randomRequest(rng *rand.Rand) []limiter.Hit {
 	keys := []string{"a", "b", "", "}{", "%7D"}
@@ -390,6 +392,10 @@ func randomRequest(rng *rand.Rand) []limiter.Hit {
 		}
 		hits[i].Limit.Algorithm = algorithms[rng.IntN(len(algorithms))]
 		hits[i].Limit = randomLimit(rng, hits[i].Limit)
+		if l := &hits[i].Limit; rng.IntN(3) == 0 && l.Requests <= limiter.MaxCount {
+			// A pool's class: the same counter under a share of its limit.
+			l.Ceiling = []uint16{1, 7, 333, 500, 800, 999, 1000}[rng.IntN(7)]
+		}
 	}
 	return hits
 }
@@ -535,9 +541,9 @@ func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64
 func equalResults(a, b []limiter.Result) bool { return slices.Equal(a, b) }
 
 func describe(h limiter.Hit) string {
-	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d overdraw %v hits %d refund %v shadow %v quota %v}",
+	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d overdraw %v ceiling %d hits %d refund %v shadow %v quota %v}",
 		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Limit.Overdraw,
-		h.Hits, h.Refund, h.Shadow, h.Quota)
+		h.Limit.Ceiling, h.Hits, h.Refund, h.Shadow, h.Quota)
 }
 
 func describeAll(hits []limiter.Hit) string {

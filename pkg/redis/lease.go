@@ -124,11 +124,12 @@ func newLeases(o leaseOptions) *leases {
 }
 
 // leasable reports whether h can be served from a lease: an enforced
-// increment (not shadow, refund, quota or overdraw, whose meanings need
-// Redis) of an algorithm that leases (limiter.Traits.Lease: the fixed and
+// increment (not shadow, refund, quota, overdraw or a pool's class, whose
+// meanings need Redis: a class's ceiling is of the pool's count at the
+// decision, which other classes move) of an algorithm that leases (limiter.Traits.Lease: the fixed and
 // sliding windows), whose hits fit the limit.
 func leasable(h limiter.Hit) bool {
-	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && h.Hits > 0 && h.Hits <= h.Limit.Requests &&
+	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && h.Limit.Ceiling == 0 && h.Hits > 0 && h.Hits <= h.Limit.Requests &&
 		h.Limit.Algorithm.Traits().Lease
 }
 

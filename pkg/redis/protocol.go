@@ -36,9 +36,11 @@ const (
 	fmtEntry = "<BH"
 	// fmtHit is one hit of an apply or check: the key's index (1-based into
 	// KEYS), requests, burst (a token bucket's capacity, 0 for the others),
-	// hits, the flags (flagRefund ...) and the lease permits asked beyond
-	// the hits.
-	fmtHit = "<HdddBd"
+	// hits, the flags (flagRefund ...), the lease permits asked beyond the
+	// hits and, with flagCeiling, the capacity of a pool's class
+	// (limiter.Limit.Capacity under its Ceiling: the requests, or a token
+	// bucket's burst, that the class may fill its pool to; 0 otherwise).
+	fmtHit = "<HdddBdd"
 	// fmtUndo follows an undo's fmtEntry: its marker key's index (0: none)
 	// and the marker's TTL in ms.
 	fmtUndo = "<Hd"
@@ -102,6 +104,10 @@ const (
 	flagExceeds  = 4 // the key's growth is over the Limit's Capacity, compared in Go on uint64
 	flagQuota    = 8
 	flagOverdraw = 16
+	// flagCeiling marks a pool's class, decided and reported under its
+	// capacity (the hit's last field). It is the highest flag: the script's
+	// fast path takes a hit whose flags are 0 mod flagCeiling.
+	flagCeiling = 32
 
 	// entryFailed is the fmtAdmitted of an apply or check that raised an
 	// error, undoRan and undoFailed the fmtUndone of an undo that already
@@ -145,10 +151,15 @@ var layout = []struct {
 	// A plain hit's fields up to its flags, what follows them, and where
 	// the flags are: what the fast path reads.
 	{"F_HITPLAIN", fmtHit[:5]}, {"Z_HITREST", formatSize(fmtHit[5:])}, {"O_HITFLAGS", formatSize(fmtHit[:5])},
+	// A pool's class's capacity: its format, where it is after the plain
+	// fields, and oneEntry's read of the plain fields with the flags, what
+	// follows them and where the capacity is in that.
+	{"F_HITCEILING", "<" + fmtHit[7:]}, {"O_HITCEILING", formatSize(fmtHit[5:7])},
+	{"F_HITONE", fmtHit[:6]}, {"Z_HITTAIL", formatSize(fmtHit[6:])}, {"O_TAILCEILING", formatSize(fmtHit[6:7])},
 	{"Z_HIT", formatSize(fmtHit)}, {"Z_UNDO", formatSize(fmtUndo)}, {"Z_UNDOKEY", formatSize(fmtUndoKey)},
 	{"K_APPLY", kindApply}, {"K_CHECK", kindCheck}, {"K_UNDO", kindUndo}, {"K_FULL", kindFull}, {"K_LEASE", kindLease},
 	{"FL_REFUND", flagRefund}, {"FL_SHADOW", flagShadow}, {"FL_EXCEEDS", flagExceeds}, {"FL_QUOTA", flagQuota},
-	{"FL_OVERDRAW", flagOverdraw},
+	{"FL_OVERDRAW", flagOverdraw}, {"FL_CEILING", flagCeiling},
 	{"MARKER", markerAlgorithm}, {"FAILED", entryFailed}, {"UNDO_RAN", undoRan}, {"UNDO_FAILED", undoFailed},
 	{"MAX_MESSAGE", maxMessage},
 	{"MAX", limiter.MaxCount}, {"MAXLOG", limiter.MaxLogRequests},
@@ -221,6 +232,7 @@ type hitArg struct {
 	requests, burst, hits float64
 	flags                 byte
 	lease                 float64
+	ceiling               float64 // the class's capacity; 0 without flagCeiling
 }
 
 // hitReply is the script's answer for one hit (fmtHitFull, fmtHitShort).
@@ -326,7 +338,7 @@ func (e *entry) appendTo(b []byte, idx []uint16) []byte {
 	for _, h := range e.hits {
 		b = le.AppendUint16(b, idx[h.key])
 		b = appendF(appendF(appendF(b, h.requests), h.burst), h.hits)
-		b = appendF(append(b, h.flags), h.lease)
+		b = appendF(appendF(append(b, h.flags), h.lease), h.ceiling)
 	}
 	return b
 }

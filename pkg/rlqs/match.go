@@ -59,13 +59,25 @@ func (m *matcher) walk(level []*descriptors.Rule) *descriptors.Rule {
 			if len(m.path) == len(m.bucket) {
 				return got
 			}
-			if found := m.walk(got.Children); found != nil {
+			if found := m.walk(next(got, len(m.path))); found != nil {
 				return found
 			}
 		}
 		m.path = m.path[:len(m.path)-1]
 	}
 	return nil
+}
+
+// next is the level below got, the rule n entries matched: its children;
+// for a pool's class matched without a class entry (the pool's own depth),
+// the pool's children and its class entry, so that a bucket id naming a
+// class, or a child of the pool, matches as its descriptor does.
+func next(got *descriptors.Rule, n int) []*descriptors.Rule {
+	c := got.Class
+	if c == nil || n != len(c.Pool.Lineage) {
+		return got.Children
+	}
+	return append(c.Pool.Children[:len(c.Pool.Children):len(c.Pool.Children)], c.Pool.Pool.Lowest.Rule)
 }
 
 func (m *matcher) taken(key string) bool {

@@ -32,6 +32,12 @@ descriptors:
     value: /reports/*
     share_threshold: true
     rate_limit: {name: reports, unit: minute, requests_per_unit: 30}
+  - key: pool
+    rate_limit: {name: pool, unit: second, requests_per_unit: 100}
+    classes: {key: priority, ceilings: [{value: critical, ceiling: 100%}, {value: default, ceiling: 80%}]}
+    descriptors:
+      - key: path
+        rate_limit: {name: pool_path, unit: second, requests_per_unit: 5}
 `
 
 func parse(t testing.TB, yaml string) *descriptors.Config {
@@ -64,6 +70,9 @@ func TestMatch(t *testing.T) {
 		{"an extra key matches nothing", map[string]string{"api_key": "alice", "tenant": "t"}, "", ""},
 		{"unknown key", map[string]string{"tenant": "t"}, "", ""},
 		{"wildcard", map[string]string{"path": "/reports/q3.csv"}, "path=/reports/q3.csv", "reports"},
+		{"a pool's class", map[string]string{"priority": "critical", "pool": "db"}, "pool=db, priority=critical", "pool"},
+		{"a pool without a class", map[string]string{"pool": "db"}, "pool=db", "pool"},
+		{"a pool's child", map[string]string{"path": "/x", "pool": "db"}, "pool=db, path=/x", "pool_path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			entries, rule := Match(cfg, "d", tc.bucket)

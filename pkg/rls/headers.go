@@ -129,7 +129,7 @@ func (s *Service) addHeaders(resp *rlsv3.RateLimitResponse, d *ratelimit.Decisio
 			h.add("RateLimit", text[:ends[0]])
 		}
 		if s.opts.Headers&HeadersCompat != 0 {
-			h.add(s.opts.CompatNames[0], strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10))
+			h.add(s.opts.CompatNames[0], strconv.FormatUint(uint64(st.Limit.CeilingRequests()), 10))
 			h.add(s.opts.CompatNames[1], text[ends[0]:ends[1]])
 			h.add(s.opts.CompatNames[2], text[ends[1]:ends[2]])
 		}
@@ -207,10 +207,12 @@ type limitText struct {
 // is the whole tokens in the bucket now, t the seconds until it is full
 // again: the draft's quota and window are a rate, which a token bucket
 // keeps over any long period, and its burst is what r can show above q.
+// For a pool's class, q is the class's ceiling in requests,
+// floor(requests_per_unit x ceiling), the most the class is ever admitted.
 func (c *textCache) get(cfg *descriptors.Config, override bool, name string, l *descriptors.Limit) *limitText {
 	build := func() *limitText {
 		q := sfString(name)
-		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(l.RequestsPerUnit), 10) +
+		return &limitText{quoted: q, policy: q + ";q=" + strconv.FormatUint(uint64(l.CeilingRequests()), 10) +
 			";w=" + strconv.FormatInt(ceilSeconds(l.Window()), 10), current: currentLimit(l)}
 	}
 	if override {

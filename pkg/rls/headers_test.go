@@ -58,6 +58,8 @@ func TestHeadersGolden(t *testing.T) {
 		{name: "rate_limits_allowed", headers: "draft,compat", req: request(desc("tenant_multi", "t"))},
 		{name: "rate_limits_denied", headers: "draft,compat", warmup: []*rlsv3.RateLimitRequest{request(desc("tenant_multi", "t")), request(desc("tenant_multi", "t"))}, req: request(desc("tenant_multi", "t"))},
 		{name: "token_bucket", headers: "draft,compat", warmup: []*rlsv3.RateLimitRequest{request(desc("bucket", "b"))}, req: request(desc("bucket", "b"))},
+		{name: "pool_class_shed", headers: "draft,compat", warmup: eight("default"), advance: 10 * time.Second, req: request(desc("pool", "db", "priority", "default"))},
+		{name: "pool_class_reserve", headers: "draft,compat", warmup: eight("default"), req: request(desc("pool", "db", "priority", "critical"))},
 		{name: "token_bucket_denied", headers: "draft", warmup: []*rlsv3.RateLimitRequest{request(desc("bucket", "b")), request(desc("bucket", "b")), request(desc("bucket", "b"))}, req: request(desc("bucket", "b"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,6 +126,46 @@ func TestSFString(t *testing.T) {
 	} {
 		if got := sfString(in); got != want {
 			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// eight is eight requests of class on the pool of testdata/test.yaml: all
+// that its default class is admitted (80% of 10).
+func eight(class string) []*rlsv3.RateLimitRequest {
+	var reqs []*rlsv3.RateLimitRequest
+	for range 8 {
+		reqs = append(reqs, request(desc("pool", "db", "priority", class)))
+	}
+	return reqs
+}
+
+// TestPoolClassStatus: a shed class's status names its ceiling in
+// requests, floor(10 x 80%), and the top class's the whole pool.
+func TestPoolClassStatus(t *testing.T) {
+	s, _ := newTestService(t, Options{})
+	for _, r := range eight("default") {
+		call(t, s, r)
+	}
+	for _, tc := range []struct {
+		class     string
+		code      rlsv3.RateLimitResponse_Code
+		limit     uint32
+		remaining uint32
+	}{
+		{"default", rlsv3.RateLimitResponse_OVER_LIMIT, 8, 0},
+		{"", rlsv3.RateLimitResponse_OVER_LIMIT, 8, 0}, // no class entry: the lowest
+		{"critical", rlsv3.RateLimitResponse_OK, 10, 1},
+	} {
+		d := desc("pool", "db", "priority", tc.class)
+		if tc.class == "" {
+			d = desc("pool", "db")
+		}
+		st := call(t, s, request(d)).GetStatuses()[0]
+		if st.GetCode() != tc.code || st.GetCurrentLimit().GetRequestsPerUnit() != tc.limit || st.GetLimitRemaining() != tc.remaining ||
+			st.GetCurrentLimit().GetName() != "db_pool" {
+			t.Errorf("class %q: %v current_limit %v remaining %d, want %v requests_per_unit %d (name db_pool) remaining %d",
+				tc.class, st.GetCode(), st.GetCurrentLimit(), st.GetLimitRemaining(), tc.code, tc.limit, tc.remaining)
 		}
 	}
 }

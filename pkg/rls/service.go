@@ -300,11 +300,12 @@ func code(c ratelimit.Code) rlsv3.RateLimitResponse_Code {
 	return rlsv3.RateLimitResponse_OK
 }
 
-// currentLimit is a DescriptorStatus.current_limit for l.
+// currentLimit is a DescriptorStatus.current_limit for l; for a pool's
+// class, its requests_per_unit is the class's ceiling in requests.
 func currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_RateLimit {
 	cl := &rlsv3.RateLimitResponse_RateLimit{
 		Name:            l.Name,
-		RequestsPerUnit: l.RequestsPerUnit,
+		RequestsPerUnit: l.CeilingRequests(),
 		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit),
 	}
 	if l.UnitMultiplier > 1 {

@@ -52,7 +52,7 @@ var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
 // deploy/grafana/sluice.json with the Prometheus parser and checks that each
 // metric it names is in /metrics of the built binary after a run that
 // exercises every outcome: admitted, near limit, over limit, shadow mode
-// over limit, a refund and a release, the over-limit cache (Redis),
+// over limit, a refund and a release, a pool's class admitted and shed, the over-limit cache (Redis),
 // failure-mode answers (a second instance whose Redis is down), config loads, quota streams, with
 // envoyproxy/ratelimit's names on (--compat-metrics). A metric renamed in Go, or a
 // typo in the dashboard, fails here instead of showing an empty panel.
@@ -186,6 +186,14 @@ func servedMetrics(t *testing.T) map[string]bool {
 	}
 	for range 8 { // beta_upload_trial: shadow mode, 5 a second
 		ok.call(t, "edge", []string{"generic_key", "beta_upload"})
+	}
+	// pool_checkout_db: a class admitted, and one shed (a hit above the
+	// test class's ceiling of 500).
+	ok.call(t, "edge", []string{"pool", "checkout_db", "priority", "critical"})
+	shed := request("edge", []string{"pool", "checkout_db", "priority", "test"})
+	shed.HitsAddend = 600
+	if _, err := ok.Client.ShouldRateLimit(context.Background(), shed); err != nil {
+		t.Fatalf("ShouldRateLimit(pool, 600 hits): %v", err)
 	}
 	ok.Client.ShouldRateLimit(context.Background(), request("")) // INVALID_ARGUMENT
 	// streams_per_api_key (concurrency): an acquire and its release; then a

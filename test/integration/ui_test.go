@@ -235,8 +235,8 @@ func checkIdleRules(t *testing.T, ctx context.Context) {
 	if want := "edge/beta_upload_trial edge/per_api_key edge/per_client_address"; strings.Join(names, " ") != want {
 		t.Fatalf("rules in full: %q, want %q", names, want)
 	}
-	if len(idle) != 9 {
-		t.Fatalf("%d idle rules, want 9 (12 in the config, 3 with traffic): %+v", len(idle), cards)
+	if len(idle) != 10 {
+		t.Fatalf("%d idle rules, want 10 (13 in the config, 3 with traffic): %+v", len(idle), cards)
 	}
 	last := busy[len(busy)-1]
 	for _, c := range idle {
@@ -273,4 +273,39 @@ func shot(t *testing.T, ctx context.Context, path string, w, h int64) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// TestStatusPagePoolClasses loads /ui in headless Chromium after a burst on
+// config/edge.yaml's checkout pool (1000 a second; default 80%): the pool's
+// card has a row per class, in config order, with its ceiling and the hits
+// per second admitted and shed over the rates' 10 s (1000 default: 800
+// admitted, 200 shed; 50 critical, all admitted).
+func TestStatusPagePoolClasses(t *testing.T) {
+	s := startSluice(t, "--config", "config")
+	send := func(class string, n int) {
+		for range n {
+			s.call(t, "edge", []string{"pool", "checkout_db", "priority", class})
+		}
+	}
+	send("default", 1000)
+	send("critical", 50)
+	ctx := browser(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sel := cardText("edge/pool_checkout_db", "classes")
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.HTTPAddr+"/ui"), chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
+		t.Fatalf("loading /ui: %v\n%s", err, s.Log())
+	}
+	want := "critical 100% 5 0, default 80% 80.0 20.0, batch 70% 0 0, test 50% 0 0"
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		got = eval[string](t, ctx, `[...document.querySelectorAll('`+sel+` tbody tr')].map(r =>
+			[...r.cells].map(c => c.textContent).join(" ")).join(", ")`)
+		if got == want || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got != want {
+		t.Errorf("the pool's classes on the page: %q, want %q", got, want)
+	}
 }

@@ -123,6 +123,21 @@ function ruleCard(r, topN) {
     stats,
     el("div", { class: "chart" }, chart(r.decisions, r.over, `decisions and over-limit hits per second, last 60 s, ${id}`)),
     el("div", { class: "legend" }, el("span", { class: "d" }, "decisions/s"), el("span", { class: "o" }, "over-limit hits/s")));
+  if (r.classes && r.classes.length) {
+    // A pool's classes: what its ceiling admitted of each, and shed.
+    const body = el("tbody", {});
+    for (const c of r.classes) {
+      body.append(el("tr", {},
+        el("td", {}, c.class),
+        el("td", { class: "num" }, c.ceiling),
+        el("td", { class: "num" }, num(c.admitted_per_s)),
+        el("td", { class: "num" + (c.shed_per_s > 0 ? " bad" : "") }, num(c.shed_per_s))));
+    }
+    card.append(el("table", { "data-field": "classes" },
+      el("thead", {}, el("tr", {}, el("th", {}, "class"), el("th", { class: "num" }, "ceiling"),
+        el("th", { class: "num" }, "admitted/s"), el("th", { class: "num" }, "shed/s"))),
+      body));
+  }
   if (r.values_hidden) {
     card.append(el("p", { class: "empty", "data-field": "top" }, "values not recorded: rule marked sensitive"));
   } else if (topN === 0) {

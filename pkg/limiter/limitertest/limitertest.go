@@ -40,7 +40,11 @@ import (
 // increments on one counter, shadow hits, quota groups, refunds, check-only
 // hits, hits over the limit, invalid limits, concurrent requests on one
 // counter (exactly the limit is admitted) and across counters (atomic), and
-// the independence of keys holding unusual bytes. newStore may call t.Fatal; it should register
+// the independence of keys holding unusual bytes, and the classes of a pool
+// (Limit.Ceiling): under overload, the top class keeps its reserve while
+// the pool never passes its limit, on a rate pool and a concurrency pool,
+// and on every algorithm exactly as Evaluate decides. newStore may call
+// t.Fatal; it should register
 // any cleanup with t.Cleanup.
 func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) {
 	for _, tc := range []struct {
@@ -74,6 +78,9 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"AllOrNothingAcrossAlgorithms", testAllOrNothingAcrossAlgorithms},
 		{"RandomSequenceEveryAlgorithm", testRandomSequenceEveryAlgorithm},
 		{"Overdraw", testOverdraw},
+		{"PoolClassesUnderOverload", testPoolClassesUnderOverload},
+		{"PoolClassesConcurrency", testPoolClassesConcurrency},
+		{"PoolClassesEveryAlgorithm", testPoolClassesEveryAlgorithm},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -204,8 +211,8 @@ func describe(hits []limiter.Hit) string {
 		if len(k) > 40 {
 			k = fmt.Sprintf("%s...(%d bytes)", k[:40], len(k))
 		}
-		fmt.Fprintf(&b, "{%q %d/%v %v burst=%d sub=%d hits=%d refund=%v shadow=%v quota=%v}",
-			k, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows,
+		fmt.Fprintf(&b, "{%q %d/%v %v burst=%d sub=%d ceiling=%d hits=%d refund=%v shadow=%v quota=%v}",
+			k, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Limit.Ceiling,
 			h.Hits, h.Refund, h.Shadow, h.Quota)
 	}
 	return "[" + b.String() + "]"

@@ -29,8 +29,8 @@ local function fixedRoll(i, c, _, w)
   return idx, 0, 0
 end
 
-local function fixedDecide(at, c, _, w, L, n)
-  if c + n <= L then
+local function fixedDecide(at, c, _, w, L, n, _, _, C)
+  if c + n <= (C or L) then
     return true, 0
   end
   local e = now - at * w
@@ -52,7 +52,8 @@ local function fixedConsume(_, i, c0, _, _, _, inc, dec)
   return i, c, 0, i, c - c0
 end
 
-local function fixedReport(at, c, _, w, L, allowed)
+local function fixedReport(at, c, _, w, L, allowed, _, _, C)
+  L = C or L
   local reset = 0
   if c > 0 then
     local e = now - at * w

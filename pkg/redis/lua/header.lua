@@ -53,11 +53,14 @@
 --     that is one string: run reads them all with one MGET);
 --   roll(o1, o2, o3, w, N) -> s1, s2, s3: the state at now (the Go twin's
 --     roll);
---   decide(s1, s2, s3, w, L, n, B, N) -> ok, retry_ms;
+--   decide(s1, s2, s3, w, L, n, B, N, C) -> ok, retry_ms, C being, for a
+--     pool's class, its capacity under its ceiling (limiter.Limit.Capacity,
+--     computed by Go: the L, or a token bucket's burst, it admits up to),
+--     nil for any other hit;
 --   consume(key, s1, s2, s3, w, L, inc, dec, B, N) -> s1, s2, s3, u1, u2:
 --     the Go twin's consume, and the undo token;
---   report(s1, s2, s3, w, L, allowed, B, N) -> remaining (0 unless allowed),
---     reset_after_ms (the Go twin's report);
+--   report(s1, s2, s3, w, L, allowed, B, N, C) -> remaining (0 unless
+--     allowed), reset_after_ms (the Go twin's report), C as in decide;
 --   store(key, w, N, s1, s2, s3, o1, o2, o3, exists): write s over o, only
 --     what changed, with its TTL, or delete an empty state;
 --   undo(key, s1, s2, s3, w, N, u1, u2) -> s1, s2, s3, changed (0 or 1)
@@ -93,6 +96,7 @@ local mark, inc, dec, odi, ask, first = {}, {}, {}, {}, {}, {}
 -- Per hit of an entry and per key of an entry (see run); the reply's parts;
 -- prefetch's keys.
 local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local hC = {} -- per hit: its class's capacity (FL_CEILING), nil for none
 local ek, tu1, tu2, tg, out = {}, {}, {}, {}, {}
 local pidx, pnames = {}, {}
 

@@ -46,7 +46,8 @@ local function logRoll(key, count)
   return key, count, 0
 end
 
-local function logDecide(key, count, _, w, L, n)
+local function logDecide(key, count, _, w, L, n, _, _, C)
+  L = C or L
   if count + n <= L then
     return true, 0
   end
@@ -109,7 +110,8 @@ local function logConsume(key, _, count, _, w, _, inc, dec, _, N)
   return key, c, add + drop, now, add * 4096 + drop
 end
 
-local function logReport(key, count, _, w, L, allowed)
+local function logReport(key, count, _, w, L, allowed, _, _, C)
+  L = C or L
   if count == 0 then
     if allowed then
       return L, 0

@@ -18,6 +18,7 @@
 
 -- The flags' tests: f % FL2_X >= FL_X says that f has FL_X.
 local FL2_REFUND, FL2_SHADOW, FL2_EXCEEDS, FL2_QUOTA = 2 * FL_REFUND, 2 * FL_SHADOW, 2 * FL_EXCEEDS, 2 * FL_QUOTA
+local FL2_OVERDRAW, FL2_CEILING = 2 * FL_OVERDRAW, 2 * FL_CEILING
 
 -- bind binds the library functions the hot path calls and resolves the
 -- algorithms registered like others, on the first call.
@@ -129,8 +130,8 @@ local function undoEntry(KEYS, prog, p, count)
   return p, spack(F_UNDONE, changed)
 end
 
--- readHits reads the count hits at p of entry e (hk..hl: key, requests,
--- burst, hits, flags, lease), its keys in order of first hit (ek, with
+-- readHits reads the count hits at p of entry e (hk..hl, hC: key, requests,
+-- burst, hits, flags, lease, a pool's class's capacity), its keys in order of first hit (ek, with
 -- mark[k] = e) and per key its growth: inc, the largest hits among its
 -- non-refund hits (as limiter.Evaluate), dec, the largest refund, odi, the
 -- largest overdraw hits, the lease asked and the key's first hit. It
@@ -138,9 +139,13 @@ end
 local function readHits(KEYS, prog, p, count, e)
   local nek = 0
   for h = 1, count do
-    local k, f, n
-    k, hL[h], hB[h], n, f, hl[h], p = sunpack(F_HIT, prog, p)
+    local k, f, n, c
+    k, hL[h], hB[h], n, f, hl[h], c, p = sunpack(F_HIT, prog, p)
     hk[h], hn[h], hf[h] = k, n, f
+    if f % FL2_CEILING < FL_CEILING then
+      c = nil -- no pool's class
+    end
+    hC[h] = c
     if mark[k] ~= e then
       mark[k] = e
       nek = nek + 1
@@ -160,7 +165,7 @@ local function readHits(KEYS, prog, p, count, e)
       if n > inc[k] then
         inc[k] = n
       end
-      if f >= FL_OVERDRAW and n > odi[k] then
+      if f % FL2_OVERDRAW >= FL_OVERDRAW and n > odi[k] then
         odi[k] = n
       end
     end
@@ -183,13 +188,13 @@ local function decideHits(count)
     else
       if f % FL2_REFUND >= FL_REFUND then
         ok[h], retry[h] = true, 0
-      elseif f >= FL_OVERDRAW then
+      elseif f % FL2_OVERDRAW >= FL_OVERDRAW then
         -- overdraw: allowed while one more hit fits
-        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], 1, hB[h], KN[k])
+        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], 1, hB[h], KN[k], hC[h])
       elseif f % FL2_EXCEEDS >= FL_EXCEEDS then
         ok[h], retry[h] = false, KW[k]
       else
-        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k])
+        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k], hC[h])
       end
       if f % FL2_REFUND < FL_REFUND and f % FL2_SHADOW < FL_SHADOW then
         if f % FL2_QUOTA >= FL_QUOTA then
@@ -212,7 +217,7 @@ local function reportKey(k, h1, count, admitted)
   local a, b, c = s1[k], s2[k], s3[k]
   for h = h1, count do
     if hk[h] == k then
-      ra[h], ta[h] = A.report(a, b, c, w, hL[h], ok[h], hB[h], N)
+      ra[h], ta[h] = A.report(a, b, c, w, hL[h], ok[h], hB[h], N, hC[h])
       if not admitted then
         rd[h], td[h] = ra[h], ta[h]
       end
@@ -294,40 +299,48 @@ local function replyHits(count, nek, admitted, full, leased, consume, nout)
   return nout
 end
 
--- oneEntry decides an apply of one plain hit (no flag) at p with a short
+-- oneEntry decides an apply of one plain hit (no flag, or only a pool's
+-- class's FL_CEILING) at p with a short
 -- reply, as plainEntry decides it but without its tables: the commonest
 -- entry of all. It returns where the next entry starts and the reply. In
 -- bench/script-cost.sh's steady state (single hits on the default sliding
 -- window, 12 a call) plainEntry costs Redis 10% more instructions a decision
 -- (71.7k against 65.1k), the general path 18% more (76.6k).
 local function oneEntry(KEYS, prog, p)
-  local k, L, B, n
-  k, L, B, n, p = sunpack(F_HITPLAIN, prog, p)
+  local k, L, B, n, fl, C
+  k, L, B, n, fl, p = sunpack(F_HITONE, prog, p)
+  if fl == FL_CEILING then
+    C = sunpack(F_HITCEILING, prog, p + O_TAILCEILING)
+  end
   if ox[k] == 0 then
     load(KEYS, k)
   end
   local A, w, N = KA[k], KW[k], KN[k]
   local a, b, c = s1[k], s2[k], s3[k]
-  local allowed, retry1 = A.decide(a, b, c, w, L, n, B, N)
+  local allowed, retry1 = A.decide(a, b, c, w, L, n, B, N, C)
   if allowed then
     a, b, c = A.consume(KEYS[k], a, b, c, w, L, n, 0, B, N)
     s1[k], s2[k], s3[k], dirty[k] = a, b, c, true
   end
-  local r, t = A.report(a, b, c, w, L, allowed, B, N)
+  local r, t = A.report(a, b, c, w, L, allowed, B, N, C)
   local bit = allowed and 1 or 0
-  return p + Z_HITREST, spack(F_FIRSTSHORT, bit, bit, retry1, r, t)
+  return p + Z_HITTAIL, spack(F_FIRSTSHORT, bit, bit, retry1, r, t)
 end
 
 -- plainHits says whether the count hits of an apply entry at p are plain
--- (no flag) and on distinct counters: plainEntry's fast path. It marks their
--- keys -e (readHits marks e).
+-- (no flag, or only FL_CEILING) and on distinct counters: plainEntry's fast
+-- path. It marks their keys -e (readHits marks e) and sets their flags
+-- (hf), for plainEntry to read a class's capacity.
 local function plainHits(prog, p, count, e)
+  local h = 0
   for q = p, p + Z_HIT * (count - 1), Z_HIT do
-    local k = byte(prog, q) + 256 * byte(prog, q + 1)
-    if byte(prog, q + O_HITFLAGS) ~= 0 or mark[k] == -e then
+    local k, fl = byte(prog, q) + 256 * byte(prog, q + 1), byte(prog, q + O_HITFLAGS)
+    if (fl ~= 0 and fl ~= FL_CEILING) or mark[k] == -e then
       return false
     end
     mark[k] = -e
+    h = h + 1
+    hf[h] = fl
   end
   return true
 end
@@ -342,14 +355,17 @@ end
 local function plainEntry(KEYS, prog, p, count, nout)
   local admitted = true
   for h = 1, count do
-    local k
+    local k, C
     k, hL[h], hB[h], hn[h], p = sunpack(F_HITPLAIN, prog, p)
+    if hf[h] == FL_CEILING then
+      C = sunpack(F_HITCEILING, prog, p + O_HITCEILING)
+    end
     p = p + Z_HITREST
-    hk[h] = k
+    hk[h], hC[h] = k, C
     if ox[k] == 0 then
       load(KEYS, k)
     end
-    ok[h], retry[h] = KA[k].decide(s1[k], s2[k], s3[k], KW[k], hL[h], hn[h], hB[h], KN[k])
+    ok[h], retry[h] = KA[k].decide(s1[k], s2[k], s3[k], KW[k], hL[h], hn[h], hB[h], KN[k], C)
     admitted = admitted and ok[h]
   end
   local a = admitted and 1 or 0
@@ -360,7 +376,7 @@ local function plainEntry(KEYS, prog, p, count, nout)
       s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, L, hn[h], 0, B, N)
       dirty[k] = true
     end
-    local r, t = A.report(s1[k], s2[k], s3[k], w, L, ok[h], B, N)
+    local r, t = A.report(s1[k], s2[k], s3[k], w, L, ok[h], B, N, hC[h])
     nout = nout + 1
     if h == 1 then
       out[nout] = spack(F_FIRSTSHORT, a, ok[h] and 1 or 0, retry[h], r, t)
@@ -392,7 +408,9 @@ local function entries(KEYS, prog, p, e, nout)
     if kind == K_UNDO then
       nout = nout + 1
       p, out[nout] = undoEntry(KEYS, prog, p, count)
-    elseif kind == K_APPLY and not full and not leased and count == 1 and byte(prog, p + O_HITFLAGS) == 0 then
+    elseif kind == K_APPLY and not full and not leased and count == 1 and byte(prog, p + O_HITFLAGS) % FL_CEILING == 0 then
+      -- No flag but FL_CEILING, the highest (the flags sum to less than
+      -- 2 * FL_CEILING).
       nout = nout + 1
       p, out[nout] = oneEntry(KEYS, prog, p)
     elseif kind == K_APPLY and not full and not leased and plainHits(prog, p, count, e) then

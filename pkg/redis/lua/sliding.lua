@@ -62,7 +62,8 @@ local function swRoll(i, c, p, w)
 end
 
 -- decide: admit iff p*(W-E) + (c+n)*W <= L*W.
-local function swDecide(at, cur, prev, w, L, n)
+local function swDecide(at, cur, prev, w, L, n, _, _, C)
+  L = C or L
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -100,7 +101,8 @@ end
 
 -- report is remaining (floor(L - estimate), at least 0; computed only for an
 -- allowed hit) and resetAfter.
-local function swReport(at, cur, prev, w, L, allowed)
+local function swReport(at, cur, prev, w, L, allowed, _, _, C)
+  L = C or L
   local E = now - at * w
   if E < 0 then
     E = 0

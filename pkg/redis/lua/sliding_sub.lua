@@ -122,7 +122,8 @@ end
 
 -- decide admits n iff total + n <= L; otherwise the retry is the time until
 -- enough of the oldest sub-windows have left the estimate.
-local function subDecide(at, total, v, w, L, n, _, N)
+local function subDecide(at, total, v, w, L, n, _, N, C)
+  L = C or L
   if total + n <= L then
     return true, 0
   end
@@ -248,7 +249,7 @@ end
 
 -- report: remaining is L - total, at least 0; the reset is the time until
 -- the newest sub-window holding hits leaves the estimate.
-local function subReport(at, total, v, w, L, allowed, _, N)
+local function subReport(at, total, v, w, L, allowed, _, N, C)
   local reset = 0
   if total ~= 0 then
     local s = w / N
@@ -261,7 +262,7 @@ local function subReport(at, total, v, w, L, allowed, _, N)
   if not allowed then
     return 0, reset
   end
-  local r = L - total
+  local r = (C or L) - total
   if r <= 0 then
     return 0, reset
   end

@@ -5,7 +5,10 @@
 -- every number stays a whole double below 2^53 (the Go twin's Validate), so
 -- both twins compute the same integers. Its state needs no roll.
 
-local function tokenParams(w, L, B)
+-- The third, B*wp, is of a class's capacity C instead of the burst when
+-- given (decide and report of a pool's class): refill (rp, wp) stays the
+-- pool's.
+local function tokenParams(w, L, B, C)
   if L == 0 then
     return 0, 1, 0
   end
@@ -16,7 +19,7 @@ local function tokenParams(w, L, B)
   if B == 0 then
     B = L
   end
-  return L / a, w / a, B * (w / a)
+  return L / a, w / a, (C or B) * (w / a)
 end
 
 -- tokenDebt is the debt at now in ticks: 0 for a full bucket, at most MAX.
@@ -55,8 +58,8 @@ local function tokenRoll(t, f, d)
   return t, f, d
 end
 
-local function tokenDecide(t, f, d, w, L, n, B)
-  local rp, wp, bw = tokenParams(w, L, B)
+local function tokenDecide(t, f, d, w, L, n, B, _, C)
+  local rp, wp, bw = tokenParams(w, L, B, C)
   local need = tokenDebt(t, f, d, rp) + n * wp
   if need <= bw then
     return true, 0
@@ -103,8 +106,8 @@ local function tokenConsume(_, t, f, d, w, L, inc, dec, B)
   return nt, nf, nd, rp, D2 - D
 end
 
-local function tokenReport(t, f, d, w, L, allowed, B)
-  local rp, wp, bw = tokenParams(w, L, B)
+local function tokenReport(t, f, d, w, L, allowed, B, _, C)
+  local rp, wp, bw = tokenParams(w, L, B, C)
   local D = tokenDebt(t, f, d, rp)
   local reset = 0
   if D > 0 then
