@@ -50,7 +50,7 @@ fuzz:
 # in it, hence a target of their own (CI runs it).
 compat:
 	@test -d ../shared/compat/valid || { echo "make compat needs envoyproxy/ratelimit's and Envoy Gateway's configs in ../shared/compat beside this checkout (CI lays them there); they are not in the repository"; exit 2; }
-	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./cmd/server/ ./test/integration/
+	$(GO) test -tags compat -count=1 -run Compat ./pkg/descriptors/ ./pkg/xdsconfig/ ./internal/app/ ./test/integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -111,7 +111,7 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("rendered %q, want %q", got, tc.kinds)
 			}
 			t.Logf("rendered: %s", strings.Join(got, ", "))
-			for _, err := range append(errs, checkChart(m, filepath.Dir(settingsGo))...) {
+			for _, err := range append(errs, checkChart(m, sluiceSrc)...) {
 				t.Error(err)
 			}
 		})
@@ -280,7 +280,7 @@ func TestHelmChartRejects(t *testing.T) {
 				errs = []error{err}
 			} else {
 				m, lerrs := loadRendered(out)
-				errs = append(lerrs, checkChart(m, filepath.Dir(settingsGo))...)
+				errs = append(lerrs, checkChart(m, sluiceSrc)...)
 			}
 			for _, err := range errs {
 				if strings.Contains(err.Error(), tc.want) {

@@ -38,8 +38,9 @@ import (
 const (
 	kustomizeDir = "kubernetes"
 	// The Sluice sources the manifests must agree with.
-	settingsGo = "../cmd/server/settings.go"
-	serverGo   = "../cmd/server/server.go"
+	sluiceSrc  = "../internal"
+	settingsGo = sluiceSrc + "/settings/settings.go"
+	serverGo   = sluiceSrc + "/app/server.go"
 	// repoConfig is the example config that the ConfigMap ships a copy of.
 	repoConfig = "../config/edge.yaml"
 
@@ -53,7 +54,7 @@ const (
 )
 
 func TestKubernetes(t *testing.T) {
-	for _, err := range check(kustomizeDir, filepath.Dir(settingsGo)) {
+	for _, err := range check(kustomizeDir, sluiceSrc) {
 		t.Error(err)
 	}
 }
@@ -146,7 +147,7 @@ func TestKubernetesRejects(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			errs := check(dir, filepath.Dir(settingsGo))
+			errs := check(dir, sluiceSrc)
 			for _, err := range errs {
 				if strings.Contains(err.Error(), tc.want) {
 					return
@@ -403,11 +404,11 @@ var (
 
 // readSluice reads Sluice's settings table and HTTP routes from its source.
 func readSluice(dir string) (*sluiceSettings, error) {
-	set, err := os.ReadFile(filepath.Join(dir, "settings.go"))
+	set, err := os.ReadFile(filepath.Join(dir, "settings", "settings.go"))
 	if err != nil {
 		return nil, err
 	}
-	srv, err := os.ReadFile(filepath.Join(dir, "server.go"))
+	srv, err := os.ReadFile(filepath.Join(dir, "app", "server.go"))
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ type serviceMonitor struct {
 // serves, and the optional ServiceMonitor selects the Sluice Service and
 // scrapes its HTTP port there.
 func TestPrometheusScrape(t *testing.T) {
-	for _, err := range checkScrape(kustomizeDir, filepath.Dir(settingsGo)) {
+	for _, err := range checkScrape(kustomizeDir, sluiceSrc) {
 		t.Error(err)
 	}
 }

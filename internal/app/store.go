@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/internal/settings"
+	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/redis"
+)
+
+// openStore opens the store the settings name: the in-memory store when
+// --redis-url is empty.
+func (srv *server) openStore() error {
+	set := srv.set
+	if set.RedisURL != "" || set.RedisSentinel != "" || set.RedisCluster != "" {
+		// go-redis logs dial failures and topology events through one
+		// process-wide logger, which the command sets: no library may.
+		redis.SetClientLogger(srv.log.Named("redis"))
+		sentinelUser, sentinelPass, ok := strings.Cut(set.RedisSentAuth, ":")
+		if !ok {
+			sentinelUser, sentinelPass = "", set.RedisSentAuth
+		}
+		st, err := redis.Open(redis.Settings{
+			URL:                         set.RedisURL,
+			MasterName:                  set.RedisSentinel,
+			SentinelAddrs:               settings.SplitList(set.RedisSentinels),
+			ClusterAddrs:                settings.SplitList(set.RedisCluster),
+			PoolSize:                    set.RedisPoolSize,
+			DialTimeout:                 set.RedisDial,
+			ReadTimeout:                 set.RedisRead,
+			WriteTimeout:                set.RedisWrite,
+			CallTimeout:                 set.StoreTimeout,
+			CallsInFlight:               set.RedisInFlight,
+			LeaseRate:                   leaseRate(set.RedisLeaseRate),
+			LeaseSpan:                   set.RedisLeaseSpan,
+			Prefix:                      set.RedisPrefix,
+			TLSCAFile:                   set.RedisTLSCA,
+			TLSCertFile:                 set.RedisTLSCert,
+			TLSKeyFile:                  set.RedisTLSKey,
+			TLSSkipHostnameVerification: set.RedisTLSNoHost,
+			SentinelUsername:            sentinelUser,
+			SentinelPassword:            sentinelPass,
+		}, srv.log)
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		srv.store, srv.closer, srv.ping, srv.warm = st, st.Close, st.Ping, st.Ready
+		srv.shares = st.Shares(redis.SharesOptions{})
+		// Open the connections and load the library now, so that no
+		// decision pays for them inside its deadline. Redis may be down:
+		// the health checks try again, and readiness waits for it.
+		if err := srv.warmStore(context.Background()); err != nil {
+			srv.log.Warn("redis not ready at start", zap.Error(err))
+		}
+		if set.OverLimitCache {
+			c := limiter.NewOverLimitCache(st, limiter.OverLimitOptions{})
+			srv.store = c
+			srv.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_over_limit_cache_hits_total",
+				Help: "Calls answered from the over-limit cache, without a store call."}, func() float64 { return float64(c.Hits()) }))
+		}
+		return nil
+	}
+	srv.store = limiter.NewMemoryStore(limiter.MemoryOptions{MaxCounters: srv.set.MaxCounters})
+	srv.shares = limiter.NewMemoryShares(nil)
+	srv.log.Info("store ready", zap.String("store", "memory"), zap.Int("max_counters", srv.set.MaxCounters))
+	return nil
+}
+
+// warmStore runs warm unless it already succeeded, and returns its error
+// (nil once the store is warm).
+func (srv *server) warmStore(ctx context.Context) error {
+	if srv.warm == nil || srv.warmed.Load() {
+		return nil
+	}
+	if err := srv.warm(ctx); err != nil {
+		return err
+	}
+	srv.warmed.Store(true)
+	return nil
+}
+
+// leaseRate maps --redis-lease-rate (0: off) to redis.Settings.LeaseRate
+// (0: the default, negative: off).
+func leaseRate(r int) float64 {
+	if r == 0 {
+		return -1
+	}
+	return float64(r)
+}

@@ -1,0 +1,61 @@
+package settings
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/pkg/rlqs"
+)
+
+// RLQSSettings are the flags of the rate limit quota service (pkg/rlqs),
+// served on the gRPC listener beside ShouldRateLimit.
+type RLQSSettings struct {
+	AssignmentTTL time.Duration
+	Burst         time.Duration
+	Idle          time.Duration
+	Unmatched     string
+	MaxBuckets    int
+	// MaxTotalBuckets and MaxStreams bound the quota service's memory
+	// whatever the number of Envoys.
+	MaxTotalBuckets int
+	MaxStreams      int
+}
+
+// table lists the quota service's flags, appended to the settings table.
+func (r *RLQSSettings) table() []setting {
+	return []setting{
+		{"rlqs-assignment-ttl", "quota streams (RLQS): lifetime of each assignment, whole seconds, longer than Envoy's reporting_interval; an Envoy that stops reporting keeps its share this long", "10s", &r.AssignmentTTL},
+		{"rlqs-burst", "quota streams: how much of its share an Envoy may admit at once, as time at the share's rate (the token bucket's max_tokens)", "1s", &r.Burst},
+		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long", "1m", &r.Idle},
+		{"rlqs-unmatched", "quota streams: what a bucket matching no rule is assigned: allow (ALLOW_ALL) or deny (DENY_ALL)", "allow", &r.Unmatched},
+		{"rlqs-max-buckets", "quota streams: most buckets tracked per stream; the rest are answered by the failure mode", "10000", &r.MaxBuckets},
+		{"rlqs-max-total-buckets", "quota streams: most buckets tracked by all streams together (about 1.1 KB each); new ones past it are answered by the failure mode", "50000", &r.MaxTotalBuckets},
+		{"rlqs-max-streams", "quota streams: most streams open at once (about 30 KB each); one past it ends with RESOURCE_EXHAUSTED", "500", &r.MaxStreams},
+	}
+}
+
+// validate checks the quota service's flags.
+func (r *RLQSSettings) validate() error {
+	if r.AssignmentTTL < time.Second || r.AssignmentTTL%time.Second != 0 {
+		return fmt.Errorf("--rlqs-assignment-ttl: %v: want whole seconds, at least 1s (Envoy reads only the seconds)", r.AssignmentTTL)
+	}
+	if r.Burst < time.Millisecond {
+		return fmt.Errorf("--rlqs-burst: %v is below the minimum 1ms", r.Burst)
+	}
+	if r.Idle < time.Second {
+		return fmt.Errorf("--rlqs-idle: %v is below the minimum 1s", r.Idle)
+	}
+	if _, ok := rlqs.ParseBlanket(r.Unmatched); !ok {
+		return fmt.Errorf("--rlqs-unmatched: unknown %q (want allow or deny)", r.Unmatched)
+	}
+	if r.MaxBuckets < 1 {
+		return fmt.Errorf("--rlqs-max-buckets: %d must be at least 1", r.MaxBuckets)
+	}
+	if r.MaxTotalBuckets < 1 {
+		return fmt.Errorf("--rlqs-max-total-buckets: %d must be at least 1", r.MaxTotalBuckets)
+	}
+	if r.MaxStreams < 1 {
+		return fmt.Errorf("--rlqs-max-streams: %d must be at least 1", r.MaxStreams)
+	}
+	return nil
+}
