@@ -232,30 +232,19 @@ func quoted(text string, i int, val string) string {
 // closed at the end of the line (before a comment); "" when the line ends
 // with a comma, that is, when the collection goes on below.
 func closeFlow(text string, at int) string {
-	var (
-		q     byte
-		open  []byte
-		end   = len(text)
-		pairs = map[byte]byte{'{': '}', '[': ']'}
-	)
-	for i := at; i < len(text); i++ {
-		switch c := text[i]; {
-		case q != 0:
-			if c == q {
-				q = 0
-			}
-		case c == '"' || c == '\'':
-			q = c
-		case c == '#' && text[i-1] == ' ':
-			end, i = i, len(text)
+	pairs := map[byte]byte{'{': '}', '[': ']'}
+	var open []byte
+	end, inQuote := unquoted(text[at:], func(_ int, c byte) bool {
+		switch {
 		case c == '{' || c == '[':
 			open = append(open, pairs[c])
 		case (c == '}' || c == ']') && len(open) > 0:
 			open = open[:len(open)-1]
 		}
-	}
-	body := strings.TrimRight(text[:end], " \t")
-	if len(open) == 0 || q != 0 || strings.HasSuffix(body, ",") {
+		return true
+	})
+	body := strings.TrimRight(text[:at+end], " \t")
+	if len(open) == 0 || inQuote || strings.HasSuffix(body, ",") {
 		return ""
 	}
 	slices.Reverse(open)
@@ -265,22 +254,14 @@ func closeFlow(text string, at int) string {
 // flowOpen is the byte offset of the first open outside quotes in text
 // that starts a flow collection, or -1.
 func flowOpen(text string, open byte) int {
-	var q byte
-	for i := 0; i < len(text); i++ {
-		switch c := text[i]; {
-		case q != 0:
-			if c == q {
-				q = 0
-			}
-		case c == '"' || c == '\'':
-			q = c
-		case c == '#' && (i == 0 || text[i-1] == ' '):
-			return -1
-		case c == open:
-			return i
+	at := -1
+	unquoted(text, func(i int, c byte) bool {
+		if c == open {
+			at = i
 		}
-	}
-	return -1
+		return at < 0
+	})
+	return at
 }
 
 // flowCloses reports whether the flow collection opened at byte at of
@@ -295,24 +276,19 @@ func flowCloses(lines []srcLine, line, at, indent int) bool {
 		} else if l.content() && l.indent <= indent && blockStart(strings.TrimSpace(l.text)) {
 			return false
 		}
-		var q byte
-		for i := 0; i < len(text); i++ {
-			switch c := text[i]; {
-			case q != 0:
-				if c == q {
-					q = 0
-				}
-			case c == '"' || c == '\'':
-				q = c
-			case c == '#' && (i == 0 || text[i-1] == ' '):
-				i = len(text)
-			case c == '{' || c == '[':
+		closed := false
+		unquoted(text, func(_ int, c byte) bool {
+			switch c {
+			case '{', '[':
 				depth++
-			case c == '}' || c == ']':
-				if depth--; depth == 0 {
-					return true
-				}
+			case '}', ']':
+				depth--
+				closed = depth == 0
 			}
+			return !closed
+		})
+		if closed {
+			return true
 		}
 	}
 	return false
@@ -426,6 +402,24 @@ func spaces(n int) string {
 // flowDepth returns the nesting of flow collections after text, starting
 // at depth, ignoring quoted text and comments.
 func flowDepth(text string, depth int) int {
+	unquoted(text, func(_ int, c byte) bool {
+		switch c {
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth = max(depth-1, 0)
+		}
+		return true
+	})
+	return depth
+}
+
+// unquoted calls visit with each byte of text (and its offset) that is
+// outside quoted text and before a comment ('#' at the start or after a
+// space), until visit returns false. It returns the comment's offset
+// (len(text) when there is none, or when visit stopped first) and whether
+// a quote is still open at the end.
+func unquoted(text string, visit func(i int, c byte) bool) (end int, inQuote bool) {
 	var q byte
 	for i := 0; i < len(text); i++ {
 		switch c := text[i]; {
@@ -436,14 +430,14 @@ func flowDepth(text string, depth int) int {
 		case c == '"' || c == '\'':
 			q = c
 		case c == '#' && (i == 0 || text[i-1] == ' '):
-			return depth
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			depth = max(depth-1, 0)
+			return i, false
+		default:
+			if !visit(i, c) {
+				return len(text), false
+			}
 		}
 	}
-	return depth
+	return len(text), q != 0
 }
 
 // replaceLine returns data with its line n (1-based) replaced by text,
