@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -65,13 +66,40 @@ func (f *fileSource) Load(deliver Deliver) bool {
 func (f *fileSource) load(deliver Deliver) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fp := f.fingerprint()
-	if f.fpSet && fp == f.fp {
-		return false
+	changed := false
+	lean(func() {
+		fp := f.fingerprint()
+		if changed = !f.fpSet || fp != f.fp; changed {
+			f.fp, f.fpSet = fp, true
+			deliver(f.sel.Load(f.path))
+		}
+	})
+	return changed
+}
+
+// loadGCPercent is the garbage collector's target while files are read
+// (the fingerprint and the load): Go's default. The server's own (400, set
+// in internal/app) suits a live heap of a few MB; a load's garbage (every
+// file's bytes, read twice, their YAML trees, the decoded documents) is
+// several times the config it builds.
+const loadGCPercent = 100
+
+// lean runs load with the collector's target at most loadGCPercent (a
+// target already lower, or off, stays), restores the target in force, and
+// then gives the load's garbage back to the system at once: the bytes read
+// and, once a new config is in force, the config it replaced. At the
+// server's target they stayed mapped until traffic's garbage reached the
+// next collection: a directory of 100,000 one-rule files held 480 MB of
+// RSS after loading, 180 MB so.
+func lean(load func()) {
+	prev := debug.SetGCPercent(loadGCPercent)
+	if prev < 0 || prev <= loadGCPercent {
+		debug.SetGCPercent(prev)
+	} else {
+		defer debug.SetGCPercent(prev)
 	}
-	f.fp, f.fpSet = fp, true
-	deliver(f.sel.Load(f.path))
-	return true
+	defer debug.FreeOSMemory()
+	load()
 }
 
 // firstLoadWait is how long the start waits for the first load of the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -255,6 +256,31 @@ func TestConfigLoadedLineListsTenFiles(t *testing.T) {
 		}
 		if n := len(cs.Status().Files); n != tc.files {
 			t.Errorf("%d files: /config's status lists %d files, want all", tc.files, n)
+		}
+	}
+}
+
+// TestLeanLoadsAtGoPace checks that files are read with the collector's
+// target at most Go's default and that the target in force comes back
+// after: the server's 400 let a load's garbage grow the heap to five times
+// what the config holds.
+func TestLeanLoadsAtGoPace(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, tc := range []struct{ inForce, during int }{
+		{400, loadGCPercent},
+		{loadGCPercent, loadGCPercent},
+		{50, 50},
+		{-1, -1}, // GOGC=off: a GOMEMLIMIT rules, left as it is
+	} {
+		debug.SetGCPercent(tc.inForce)
+		var during int
+		lean(func() {
+			during = debug.SetGCPercent(tc.inForce)
+			debug.SetGCPercent(during)
+		})
+		after := debug.SetGCPercent(100)
+		if during != tc.during || after != tc.inForce {
+			t.Errorf("GC target %d: %d during the load, %d after; want %d and %d", tc.inForce, during, after, tc.during, tc.inForce)
 		}
 	}
 }
