@@ -14,7 +14,7 @@ STAMP := -X github.com/sluicehq/sluice/internal/version.stamp=$(VERSION)
 # goreleaser runs with go run, so it is no dependency of either module.
 GORELEASER := github.com/goreleaser/goreleaser/v2@v2.15.1
 
-.PHONY: test deps vet unit fuzz compat bench build tools licenses licenses-check image release-snapshot
+.PHONY: test deps vet unit unit-quick fuzz compat bench build tools licenses licenses-check image release-snapshot
 
 test: deps vet unit tools licenses-check fuzz
 
@@ -36,6 +36,13 @@ vet:
 # binary itself and runs it against a real redis-server.
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# The unit tests alone, for a quick check while working: no race detector
+# and not test/integration (which builds the binary and runs it, with the
+# image and the browser, against redis-server); pkg/redis still starts a
+# redis-server of its own. make test runs them all, with -race.
+unit-quick:
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/integration)
 
 # Short runs of every fuzz target; a crasher lands in testdata/fuzz and
 # becomes a regression test (.ci/fuzz says how it copes with a Go 1.26 bug).
