@@ -14,7 +14,7 @@ STAMP := -X github.com/sluicehq/sluice/internal/version.stamp=$(VERSION)
 # goreleaser runs with go run, so it is no dependency of either module.
 GORELEASER := github.com/goreleaser/goreleaser/v2@v2.15.1
 
-.PHONY: test deps vet unit unit-quick fuzz compat bench build tools licenses licenses-check image release-snapshot
+.PHONY: test deps vet unit unit-quick fuzz compat bench build tools licenses licenses-check image push release-snapshot
 
 test: deps vet unit tools licenses-check fuzz
 
@@ -80,12 +80,22 @@ licenses-check:
 build:
 	$(GO) build -ldflags "$(STAMP)" -o bin/sluice ./cmd/server
 
-# dist/image: the linux/amd64 and linux/arm64 image as an OCI layout (and
-# dist/image.tar), built without a Docker daemon; crane or skopeo push it.
+# build/image: the linux/amd64 and linux/arm64 image as an OCI layout (and
+# build/image.tar, an oci-archive), built without a Docker daemon. Not in
+# dist/, which goreleaser empties (release-snapshot writes build/image too).
 image:
-	$(GO) -C tools run ./cmd/sluice-image -src .. -version $(VERSION) -out ../dist/image
+	$(GO) -C tools run ./cmd/sluice-image -src .. -version $(VERSION) -out ../build/image
+
+# make push IMAGE=registry.example.com/sluice:TAG builds the image and pushes
+# it, both platforms under one tag, with docker login's credentials
+# (tools/cmd/sluice-push; no Docker daemon). It prints the digest pushed.
+push:
+	@test -n "$(IMAGE)" || { echo "make push needs IMAGE=registry/repository:tag, e.g. make push IMAGE=registry.example.com/sluice:$(VERSION)"; exit 2; }
+	@$(MAKE) --no-print-directory image
+	$(GO) -C tools run ./cmd/sluice-push -layout ../build/image -image $(IMAGE)
 
 # A release build without publishing: binaries and archives for linux amd64
-# and arm64, checksums, and the image, in dist/ (.goreleaser.yaml).
+# and arm64, the image as an oci-archive, and checksums of them all, in
+# dist/ (.goreleaser.yaml); the image's layout stays in build/image.
 release-snapshot:
 	$(GO) run $(GORELEASER) release --snapshot --clean
