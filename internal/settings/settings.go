@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
@@ -171,7 +172,7 @@ func (s *Settings) table() []setting {
 		{"store-timeout", "deadline of every store call (under Envoy's 20ms filter timeout; a Redis reply also ends at --redis-read-timeout)", "15ms", &s.StoreTimeout},
 		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
 		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
-		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", "131072", &s.MaxCounters},
+		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", strconv.Itoa(limiter.DefaultMaxCounters), &s.MaxCounters},
 		{"max-descriptors", "most descriptors in one request", strconv.Itoa(rls.DefaultMaxDescriptors), &s.MaxDescriptors},
 		{"max-entries", "most entries in one descriptor", strconv.Itoa(rls.DefaultMaxEntries), &s.MaxEntries},
 		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
