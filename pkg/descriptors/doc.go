@@ -33,8 +33,10 @@
 // watching files and swapping configs on reload belong to the caller, which
 // keeps the last good Config when a reload fails.
 //
-// Place in the import chain: pkg/rls and cmd/server import it; of Sluice it
-// imports only pkg/limiter (for the Algorithm a limit carries), beside the
+// Place in the import chain: pkg/ratelimit imports it (and through it the
+// front ends, pkg/rls and pkg/rlqs), pkg/xdsconfig converts xDS resources
+// into its Documents, and internal/source and internal/app load and show
+// configs with it; of Sluice it imports only pkg/limiter (for the Algorithm a limit carries), beside the
 // standard library and gopkg.in/yaml.v3.
 //
 // Format choices beyond envoyproxy/ratelimit:
@@ -48,10 +50,13 @@
 //     would read a missing requests_per_unit as 0 and block every hit).
 //     Problems envoyproxy/ratelimit accepts and that are merely suspicious are
 //     Config.Warnings.
-//   - Sluice additions: rate_limit.unit_multiplier (an integer >= 1, default
-//     1, for a window of at most MaxWindow, ten years), rate_limit.algorithm
-//     (only "sliding_window" for now) and a top-level failure_mode (error,
-//     allow or deny).
+//   - Sluice additions, optional keys that an old config never sets:
+//     rate_limit.unit_multiplier (an integer >= 1, default 1, for a window
+//     of at most MaxWindow, ten years), rate_limit.algorithm (any algorithm
+//     of pkg/limiter's table, sliding_window when unset) with its parameters
+//     burst, sub_windows and overdraw, rate_limits (several limits on one
+//     descriptor), classes (priority classes sharing one pool) and a
+//     top-level failure_mode (error, allow or deny).
 //   - Scalars are read as envoyproxy/ratelimit's YAML 1.1 decoder reads them:
 //     `value: 200` is the string "200", bools also accept yes/no/on/off, and
 //     anchors, aliases and merge keys (<<) work.
