@@ -1,12 +1,9 @@
 package app
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/settings"
@@ -21,29 +18,12 @@ import (
 type configPage struct {
 	state *source.State
 	set   *settings.Settings
-
-	mu      sync.Mutex
-	cfg     *descriptors.Config // the config whose version is kept
-	version string              // configVersion(cfg)
 }
 
 // newConfigPage returns the page of state's config, with the settings in
 // force s.
 func newConfigPage(state *source.State, s *settings.Settings) *configPage {
 	return &configPage{state: state, set: s}
-}
-
-// configVersion is configVersion of cfg, computed once per config.
-func (p *configPage) configVersion(cfg *descriptors.Config) string {
-	if cfg == nil {
-		return ""
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if cfg != p.cfg {
-		p.cfg, p.version = cfg, configVersion(cfg)
-	}
-	return p.version
 }
 
 // ServeHTTP answers /config: the source, the config in force (its files,
@@ -60,14 +40,15 @@ func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		LoadedAt  *time.Time  `json:"loaded_at,omitempty"`
 		LastError []string    `json:"last_error,omitempty"`
 		ErrorAt   *time.Time  `json:"last_error_at,omitempty"`
-		// ConfigVersion identifies the rules in force (configVersion).
+		// ConfigVersion identifies the config in force
+		// (descriptors.Config.Version).
 		ConfigVersion string       `json:"config_version,omitempty"`
 		Rules         []configView `json:"rules"`
 		// Settings are the settings in force that differ from their
 		// defaults, with what set them.
 		Settings []settings.InForce `json:"settings"`
 	}{Version: versionString(), Source: st.Source, Files: st.Files, Domains: st.Domains, LastError: st.LastError,
-		ConfigVersion: p.configVersion(st.Config), Rules: describeConfig(st.Config), Settings: []settings.InForce{}}
+		ConfigVersion: st.Config.Version(), Rules: describeConfig(st.Config), Settings: []settings.InForce{}}
 	if p.set != nil {
 		out.Settings = append(out.Settings, p.set.InForce()...)
 	}
@@ -90,7 +71,7 @@ func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 func (p *configPage) pageStatus() statuspage.ConfigStatus {
 	cs := p.state.Status()
 	info := cs.Source
-	st := statuspage.ConfigStatus{Source: info.Kind, Version: p.configVersion(cs.Config), LoadedAt: cs.LoadedAt,
+	st := statuspage.ConfigStatus{Source: info.Kind, Version: cs.Config.Version(), LoadedAt: cs.LoadedAt,
 		Errors: cs.LastError, ErrorAt: cs.ErrorAt}
 	switch {
 	case info.Path != "":
@@ -105,18 +86,6 @@ func (p *configPage) pageStatus() statuspage.ConfigStatus {
 		st.Version = info.Version + " (rules " + st.Version + ")" // the xDS version_info first
 	}
 	return st
-}
-
-// configVersion identifies a config by its content: the first 12 hex
-// digits of the SHA-256 of its rules as /config shows them, so replicas that
-// loaded the same rules show the same version whatever the source.
-func configVersion(cfg *descriptors.Config) string {
-	b, err := json.Marshal(describeConfig(cfg))
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:6])
 }
 
 // configView is /config's view of a loaded config: every domain's

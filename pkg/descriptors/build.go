@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -96,6 +97,7 @@ func build(docs []*Document, errs []*Error) (*Config, error) {
 	slices.SortFunc(c.sorted, func(a, b *Domain) int { return cmp.Compare(a.Name, b.Name) })
 	slices.Sort(c.Files)
 	c.Warnings = asErrors(sortErrors(warns))
+	c.version = sync.OnceValue(c.fingerprint)
 	return c, nil
 }
 
