@@ -421,7 +421,9 @@ type KeyValue struct {
 
 // Show returns what a reader is shown of d: each key of a file's root that
 // d sets (domain, descriptors, failure_mode), in the schema's order.
-func (d *Domain) Show() []KeyValue { return showKeys(d, func(k KeySpec) built[*Domain] { return k.domain }) }
+func (d *Domain) Show() []KeyValue {
+	return showKeys(d, func(k KeySpec) built[*Domain] { return k.domain })
+}
 
 // Show returns what a reader is shown of r: each key of a descriptor that r
 // sets, and unlimited, in the schema's order. A rule with several limits
@@ -431,7 +433,9 @@ func (r *Rule) Show() []KeyValue { return showKeys(r, func(k KeySpec) built[*Rul
 // Show returns what a reader is shown of l: each key of a rate_limit that
 // l sets, in the schema's order. The algorithm is always shown, and a
 // sliding window's sub_windows too: what counts, not only what was written.
-func (l *Limit) Show() []KeyValue { return showKeys(l, func(k KeySpec) built[*Limit] { return k.limit }) }
+func (l *Limit) Show() []KeyValue {
+	return showKeys(l, func(k KeySpec) built[*Limit] { return k.limit })
+}
 
 func showKeys[B any](x B, of func(KeySpec) built[B]) []KeyValue {
 	var out []KeyValue
@@ -476,7 +480,9 @@ func withoutXDS[B any](x B, of func(KeySpec) built[B]) []string {
 
 // Given returns the keys d gives (set, or given but not decodable), in the
 // schema's order.
-func (d *Document) Given() []string { return givenKeys(d, func(k KeySpec) source[*Document] { return k.doc }) }
+func (d *Document) Given() []string {
+	return givenKeys(d, func(k KeySpec) source[*Document] { return k.doc })
+}
 
 // Given returns the keys n gives, in the schema's order.
 func (n *Node) Given() []string { return givenKeys(n, func(k KeySpec) source[*Node] { return k.node }) }
