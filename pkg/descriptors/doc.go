@@ -21,6 +21,14 @@
 //     errors are positioned by the source's own form: "file:line:col: path:
 //     message" for a file, "xds:name: path: message" for a resource.
 //
+// Every key of the format is declared once, in Schema: the mapping it is
+// written in, its YAML key, the field of the RateLimitConfig proto that
+// carries it over xDS (or none), its docs line, how the decoder reads it and
+// what a reader is shown of it (Domain.Show, Rule.Show, Limit.Show). The
+// decoder, the builder's refusal of counting keys beside unlimited, /config
+// and the docs read it. Config.Version identifies a Config by every field of
+// its model.
+//
 // Which files of a directory a load reads is one function, Selection.Files
 // (Files for the default, *.yaml and *.yml; a Recursive selection of every
 // file for envoyproxy/ratelimit's runtime layout), which a caller that
