@@ -31,8 +31,9 @@
 //
 // Which files of a directory a load reads is one function, Selection.Files
 // (Files for the default, *.yaml and *.yml; a Recursive selection of every
-// file for envoyproxy/ratelimit's runtime layout), which a caller that
-// watches the files uses too.
+// file for envoyproxy/ratelimit's runtime layout). A caller that watches
+// the files reads them once with Selection.Read, compares what it read with
+// its last read, and builds those bytes (FileSet.Build).
 //
 // It does not count, decide or talk to Envoy or Redis: what a matched rule
 // means for a request (replaces, shadow_mode, quota_mode, share_threshold
