@@ -22,10 +22,9 @@ func load(t *testing.T, yaml string) *descriptors.Config {
 	return cfg
 }
 
-// TestResources: every field the RateLimitConfig proto has is carried, in
-// config order, one resource per domain named after it.
-func TestResources(t *testing.T) {
-	cfg := load(t, `domain: api
+// xdsKeys sets every key of the format that the RateLimitConfig proto has a
+// field for.
+const xdsKeys = `domain: api
 descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 20}
@@ -39,7 +38,12 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: per_key}]}
   - key: internal
     rate_limit: {unlimited: true}
-`)
+`
+
+// TestResources: every field the RateLimitConfig proto has is carried, in
+// config order, one resource per domain named after it.
+func TestResources(t *testing.T) {
+	cfg := load(t, xdsKeys)
 	got, err := resources(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -120,19 +124,7 @@ func TestUsage(t *testing.T) {
 // config after a trip through the resources and back (as a Sluice served
 // them would build them): every key shows the same.
 func TestResourcesCarryEveryXDSKey(t *testing.T) {
-	cfg := load(t, `domain: api
-descriptors:
-  - key: api_key
-    detailed_metric: true
-    rate_limit: {name: per_key, unit: week, requests_per_unit: 0}
-    descriptors:
-      - key: route
-        value: search
-        shadow_mode: true
-        rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: per_key}]}
-  - key: internal
-    rate_limit: {unlimited: true}
-`)
+	cfg := load(t, xdsKeys)
 	shown := map[string]bool{}
 	want := showTree(cfg, shown)
 	for _, k := range descriptors.Schema() {

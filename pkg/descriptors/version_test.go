@@ -5,34 +5,9 @@ import (
 	"testing"
 )
 
-// versionYAML sets every part of the model: a failure mode, a pool with
-// classes, several limits on one rule, flags, metadata and children.
-const versionYAML = `domain: api
-failure_mode: allow
-descriptors:
-  - key: pool
-    value: db
-    rate_limit: {name: pool, unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 20, overdraw: true}
-    classes:
-      key: priority
-      ceilings: [{value: critical, ceiling: 100%}, {value: batch, ceiling: 50%}]
-    shadow_mode: true
-    detailed_metric: true
-    metadata: {team: storage, tier: 1, tags: [a, b], nested: {x: 1}}
-    descriptors:
-      - key: user
-        rate_limits:
-          - {unit: minute, requests_per_unit: 10, replaces: [{name: pool}]}
-          - {unit: hour, unit_multiplier: 2, requests_per_unit: 100, sub_windows: 10}
-  - key: internal
-    value: "svc-*"
-    share_threshold: true
-    rate_limit: {unlimited: true}
-`
-
 func loadVersioned(t *testing.T) *Config {
 	t.Helper()
-	cfg, err := Parse(Source{Name: "api.yaml", Data: []byte(versionYAML)})
+	cfg, err := Parse(everyKey...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +16,7 @@ func loadVersioned(t *testing.T) *Config {
 
 // TestVersionStable: the same files give the same version, in one process
 // and across loads, whatever the order of a map's keys; another file name
-// gives another.
+// gives another. everyKey (schema_test.go) sets every part of the model.
 func TestVersionStable(t *testing.T) {
 	a, b := loadVersioned(t), loadVersioned(t)
 	if len(a.Version()) != 12 || a.Version() != b.Version() || a.Version() != a.fingerprint() {
@@ -52,7 +27,7 @@ func TestVersionStable(t *testing.T) {
 			t.Fatalf("fingerprint = %q, then %q", a.Version(), v)
 		}
 	}
-	other, err := Parse(Source{Name: "other.yaml", Data: []byte(versionYAML)})
+	other, err := Parse(Source{Name: "other.yaml", Data: everyKey[0].Data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +45,7 @@ func TestVersionStable(t *testing.T) {
 // It also checks that those are every struct the model holds.
 func TestVersionSeesEveryField(t *testing.T) {
 	cfg := loadVersioned(t)
-	d := cfg.Domain("api")
+	d := cfg.Domain("every")
 	pool := d.Rules[0]
 	instances := map[reflect.Type]reflect.Value{}
 	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1]} {
