@@ -152,8 +152,8 @@ func TestIdleEvictedAcrossStreams(t *testing.T) {
 	exchange(t, b, reports("d", flood("b", 1, 5)...))
 	e.clock.Advance(time.Second)
 	resp := exchange(t, b, reports("d", usage(5, 0, "api_key", "b0"), usage(1, 0, "api_key", "tenant")))
-	if got := strategy(resp.GetBucketAction()[1]); got != "tb 10/10 per 1s ttl 10s" {
-		t.Errorf("tenant past the total bound: %s, want the overflow limit's share", got)
+	if acts := resp.GetBucketAction(); len(acts) != 2 || strategy(acts[1]) != "tb 10/10 per 1s ttl 10s" {
+		t.Errorf("b0 and the tenant past the total bound: %v, want the tenant answered from the overflow limit's share, tb 10/10", acts)
 	}
 	resp = exchange(t, a, reports("d", usage(0, 0, "api_key", "a0"), usage(5, 0, "api_key", "a1")))
 	if got := strategy(resp.GetBucketAction()[0]); got != "abandon" {
@@ -210,23 +210,23 @@ func TestStreamsPerConnection(t *testing.T) {
 	}
 	before := open(victim)
 	exchange(t, before, reports("d", usage(1, 0, "api_key", "v")))
-	var idle []qstream
 	for range 500 {
-		idle = append(idle, open(e.client))
+		open(e.client)
 	}
-	waitFor(t, "the streams past the bound refused", func() bool {
-		return e.counter(t, "sluice_rlqs_refused_total", "max_streams_per_connection") == 500-rlqs.DefaultMaxStreamsPerConnection
+	waitFor(t, "the server to see the 500 streams", func() bool {
+		return e.gauge(t, "sluice_rlqs_streams")+e.counter(t, "sluice_rlqs_refused_total", "max_streams")+
+			e.counter(t, "sluice_rlqs_refused_total", "max_streams_per_connection") == 501
 	})
-	_, err := idle[len(idle)-1].Recv()
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "32 streams are open on this connection, the most --rlqs-max-streams-per-connection allows") {
-		t.Errorf("the 500th stream on one connection: %v, want RESOURCE_EXHAUSTED naming 32 and --rlqs-max-streams-per-connection", err)
-	}
-	if n := e.gauge(t, "sluice_rlqs_streams"); n != 1+rlqs.DefaultMaxStreamsPerConnection {
-		t.Errorf("sluice_rlqs_streams = %v, want %d", n, 1+rlqs.DefaultMaxStreamsPerConnection)
-	}
 	e.clock.Advance(time.Second)
 	exchange(t, before, reports("d", usage(1, 0, "api_key", "v")))
 	exchange(t, open(victim), reports("d", usage(1, 0, "api_key", "w")))
+	if n := e.counter(t, "sluice_rlqs_refused_total", "max_streams_per_connection"); n != 500-rlqs.DefaultMaxStreamsPerConnection {
+		t.Errorf("streams refused past max_streams_per_connection = %v, want %d", n, 500-rlqs.DefaultMaxStreamsPerConnection)
+	}
+	_, err := open(e.client).Recv()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "32 streams are open on this connection, the most --rlqs-max-streams-per-connection allows") {
+		t.Errorf("one more stream on the connection of 500: %v, want RESOURCE_EXHAUSTED naming 32 and --rlqs-max-streams-per-connection", err)
+	}
 }
 
 // TestMaxStreams: a stream past MaxStreams ends at once with
