@@ -12,7 +12,7 @@
 // bucket ids to rules (Match) and each stream's state. It does not own
 // matching itself (pkg/descriptors), counter keys (pkg/ratelimit) or the
 // division of a limit (limiter.Divide, in memory and in pkg/redis). Imports
-// point one way: cmd/server -> pkg/rlqs -> pkg/ratelimit -> {pkg/descriptors,
+// point one way: internal/app -> pkg/rlqs -> pkg/ratelimit -> {pkg/descriptors,
 // pkg/limiter}.
 //
 // # Decisions

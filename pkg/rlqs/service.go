@@ -135,7 +135,7 @@ type Options struct {
 	// descriptor without a rule.
 	Unmatched Blanket
 	// FailureMode is the failure mode of a domain whose config sets none
-	// (cmd/server's --failure-mode). FailureModeUnset means FailureModeError.
+	// (the server's --failure-mode). FailureModeUnset means FailureModeError.
 	FailureMode descriptors.FailureMode
 	// ShadowMode assigns ALLOW_ALL to every bucket (the global shadow mode:
 	// never deny).
@@ -207,7 +207,7 @@ var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
 
 // New returns a Service. It panics if o.Decider or o.Store is nil, or if
 // AssignmentTTL is not a whole number of seconds: programmer errors
-// (cmd/server validates its settings first).
+// (internal/settings validates the server's settings first).
 func New(o Options) *Service {
 	if o.Decider == nil || o.Store == nil {
 		panic("rlqs: Options.Decider and Options.Store are required")
