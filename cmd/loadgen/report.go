@@ -28,12 +28,18 @@ type Report struct {
 	ElapsedSec  float64 `json:"elapsed_s"` // measured wall time
 
 	// Requests is every measured call that completed or failed; it equals
-	// OK + OverLimit + Unknown + the sum of Errors.
+	// Decisions + ErrorTotal.
 	Requests int64 `json:"requests"`
-	// DecisionsPerSec is Requests / ElapsedSec: ShouldRateLimit calls
-	// answered per second (each decides Descriptors descriptors).
+	// Decisions are the calls answered with a decision: OK + OverLimit +
+	// Unknown. A call that failed (ErrorTotal) decided nothing and is not
+	// one: against a server that is down, every call fails at once.
+	Decisions int64 `json:"decisions"`
+	// DecisionsPerSec is Decisions / ElapsedSec: ShouldRateLimit calls
+	// answered per second (each decides Descriptors descriptors), and
+	// ErrorsPerSec ErrorTotal / ElapsedSec.
 	DecisionsPerSec   float64          `json:"decisions_per_s"`
 	DescriptorsPerSec float64          `json:"descriptors_per_s"`
+	ErrorsPerSec      float64          `json:"errors_per_s"`
 	OK                int64            `json:"ok"`
 	OverLimit         int64            `json:"over_limit"`
 	Unknown           int64            `json:"unknown"` // overall_code UNKNOWN
@@ -80,10 +86,12 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 		}
 		h.merge(&w.t.lat)
 	}
-	r.Requests = r.OK + r.OverLimit + r.Unknown + r.ErrorTotal
+	r.Decisions = r.OK + r.OverLimit + r.Unknown
+	r.Requests = r.Decisions + r.ErrorTotal
 	if s := elapsed.Seconds(); s > 0 {
-		r.DecisionsPerSec = float64(r.Requests) / s
+		r.DecisionsPerSec = float64(r.Decisions) / s
 		r.DescriptorsPerSec = r.DecisionsPerSec * float64(o.Descriptors)
+		r.ErrorsPerSec = float64(r.ErrorTotal) / s
 	}
 	r.Latency = Latency{
 		Min: us(time.Duration(h.min)), Mean: us(h.mean()),
@@ -105,7 +113,7 @@ func (r *Report) writeText(w io.Writer) {
 	fmt.Fprintf(w, "target      %s (%d connections), domain %q, %s\n", r.Target, r.Connections, r.Domain, mode)
 	fmt.Fprintf(w, "requests    %d descriptors each, %d keys %s, over-limit share %g\n", r.Descriptors, r.Keys, skew, r.OverShare)
 	fmt.Fprintf(w, "measured    %.2fs after %.2fs warmup\n", r.ElapsedSec, r.WarmupSec)
-	fmt.Fprintf(w, "decisions   %d (%.0f/s, %.0f descriptors/s)\n", r.Requests, r.DecisionsPerSec, r.DescriptorsPerSec)
+	fmt.Fprintf(w, "decisions   %d (%.0f/s, %.0f descriptors/s) of %d calls\n", r.Decisions, r.DecisionsPerSec, r.DescriptorsPerSec, r.Requests)
 	fmt.Fprintf(w, "outcomes    OK %d (%s), OVER_LIMIT %d (%s), UNKNOWN %d, errors %d (%s)\n",
 		r.OK, pct(r.OK, r.Requests), r.OverLimit, pct(r.OverLimit, r.Requests), r.Unknown, r.ErrorTotal, pct(r.ErrorTotal, r.Requests))
 	if len(r.Errors) > 0 {
@@ -113,7 +121,7 @@ func (r *Report) writeText(w io.Writer) {
 		for _, c := range slices.Sorted(maps.Keys(r.Errors)) {
 			parts = append(parts, fmt.Sprintf("%s %d", c, r.Errors[c]))
 		}
-		fmt.Fprintf(w, "errors      %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "errors      %.0f/s, not decisions: %s\n", r.ErrorsPerSec, strings.Join(parts, ", "))
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "latency µs  p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f  (min %.0f, mean %.0f)\n",

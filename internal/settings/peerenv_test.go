@@ -458,6 +458,9 @@ func TestDebugAddrDefault(t *testing.T) {
 	}{
 		{map[string]string{}, "127.0.0.1:6070"},
 		{map[string]string{"LOG_LEVEL": "info", "REDIS_URL": "r:1"}, "127.0.0.1:6070"},
+		// Istio's sample: its Service's 6070 does not reach the pod's
+		// loopback, as docs/MIGRATING.md says.
+		{istioEnv, "127.0.0.1:6070"},
 		{map[string]string{"DEBUG_PORT": "6071"}, ":6071"},
 		{map[string]string{"DEBUG_HOST": "0.0.0.0"}, "0.0.0.0:6070"},
 	} {

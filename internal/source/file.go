@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -68,14 +69,51 @@ func (f *fileSource) Load(deliver Deliver) bool {
 func (f *fileSource) load(deliver Deliver) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	set := f.sel.Read(f.path)
-	fp := fingerprint(set)
-	if f.fpSet && fp == f.fp {
-		return false
+	var (
+		changed bool
+		cfg     *descriptors.Config
+		err     error
+	)
+	lean(func() {
+		set := f.sel.Read(f.path)
+		fp := fingerprint(set)
+		if changed = !f.fpSet || fp != f.fp; changed {
+			f.fp, f.fpSet = fp, true
+			cfg, err = set.Build()
+		}
+	})
+	// Delivered after lean's collection, not during it: Run watches a
+	// symlink's new target once the load returns, and an edit there in
+	// the meantime would go unseen.
+	if changed {
+		deliver(cfg, err)
 	}
-	f.fp, f.fpSet = fp, true
-	deliver(set.Build())
-	return true
+	return changed
+}
+
+// loadGCPercent is the garbage collector's target while files are read
+// (the fingerprint and the build): Go's default. The server's own (400, set
+// in internal/app) suits a live heap of a few MB; a load's garbage (every
+// file's bytes, their YAML trees, the decoded documents) is
+// several times the config it builds.
+const loadGCPercent = 100
+
+// lean runs load with the collector's target at most loadGCPercent (a
+// target already lower, or off, stays), restores the target in force, and
+// then gives the load's garbage (the bytes read, the YAML trees, the
+// decoded documents) back to the system at once. At the server's target it
+// stayed mapped until traffic's garbage reached the next collection: a
+// directory of 100,000 one-rule files held 783 MB of RSS a minute after
+// loading, 131 MB so (and peaked at 678 MB, 379 MB so).
+func lean(load func()) {
+	prev := debug.SetGCPercent(loadGCPercent)
+	if prev < 0 || prev <= loadGCPercent {
+		debug.SetGCPercent(prev)
+	} else {
+		defer debug.SetGCPercent(prev)
+	}
+	defer debug.FreeOSMemory()
+	load()
 }
 
 // firstLoadWait is how long the start waits for the first load of the

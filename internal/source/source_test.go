@@ -3,8 +3,10 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -215,5 +217,70 @@ func write(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConfigLoadedLineListsTenFiles checks that the "config loaded" line
+// names at most ten files and counts the rest, however many the config has
+// (a directory of 100,000 files made it one 3.6 MB line), while /config's
+// status keeps them all.
+func TestConfigLoadedLineListsTenFiles(t *testing.T) {
+	for _, tc := range []struct {
+		files     int
+		wantNames int
+		wantMore  any // config_files_more, nil when absent
+	}{
+		{1, 1, nil},
+		{10, 10, nil},
+		{11, 10, int64(1)},
+		{2500, 10, int64(2490)},
+	} {
+		var docs []*descriptors.Document
+		for i := range tc.files {
+			docs = append(docs, xdsDocument(fmt.Sprintf("f%05d", i), fmt.Sprintf("d%05d", i)))
+		}
+		core, logs := observer.New(zap.InfoLevel)
+		cs := NewState(prometheus.NewRegistry(), &fakeSink{}, &scriptSource{}, zap.New(core))
+		cs.deliver(descriptors.Build(docs...))
+		got := logs.FilterMessage("config loaded").All()
+		if len(got) != 1 {
+			t.Fatalf("%d files: %d config loaded lines, want 1", tc.files, len(got))
+		}
+		m := got[0].ContextMap()
+		names, _ := m["config_file"].([]any)
+		if len(names) != tc.wantNames || names[0] != "xds:f00000" || names[len(names)-1] != fmt.Sprintf("xds:f%05d", tc.wantNames-1) {
+			t.Errorf("%d files: config_file lists %d names from %v, want the first %d", tc.files, len(names), names[:min(len(names), 2)], tc.wantNames)
+		}
+		if m["config_files_more"] != tc.wantMore || m["domains"] != int64(tc.files) {
+			t.Errorf("%d files: config_files_more = %v, domains = %v; want %v and %d", tc.files, m["config_files_more"], m["domains"], tc.wantMore, tc.files)
+		}
+		if n := len(cs.Status().Files); n != tc.files {
+			t.Errorf("%d files: /config's status lists %d files, want all", tc.files, n)
+		}
+	}
+}
+
+// TestLeanLoadsAtGoPace checks that files are read with the collector's
+// target at most Go's default and that the target in force comes back
+// after: the server's 400 let a load's garbage grow the heap to five times
+// what the config holds.
+func TestLeanLoadsAtGoPace(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, tc := range []struct{ inForce, during int }{
+		{400, loadGCPercent},
+		{loadGCPercent, loadGCPercent},
+		{50, 50},
+		{-1, -1}, // GOGC=off: a GOMEMLIMIT rules, left as it is
+	} {
+		debug.SetGCPercent(tc.inForce)
+		var during int
+		lean(func() {
+			during = debug.SetGCPercent(tc.inForce)
+			debug.SetGCPercent(during)
+		})
+		after := debug.SetGCPercent(100)
+		if during != tc.during || after != tc.inForce {
+			t.Errorf("GC target %d: %d during the load, %d after; want %d and %d", tc.inForce, during, after, tc.during, tc.inForce)
+		}
 	}
 }

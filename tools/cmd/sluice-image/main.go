@@ -1,11 +1,12 @@
 // Command sluice-image builds Sluice's container image without a Docker
 // daemon and without pulling a base: a multi-platform OCI image (linux/amd64
 // and linux/arm64 by default) written as an OCI image layout directory, plus
-// the same layout as one tar file (an oci-archive) beside it. Push either
-// with crane or skopeo, e.g.
+// the same layout as one tar file (an oci-archive) beside it. Push the
+// layout with sluice-push (make push), crane or skopeo, e.g.
 //
-//	crane push dist/image registry.example.com/sluice:0.3.0
-//	skopeo copy --all oci:dist/image:0.3.0 docker://registry.example.com/sluice:0.3.0
+//	sluice-push -layout build/image -image registry.example.com/sluice:0.3.0
+//	crane push build/image registry.example.com/sluice:0.3.0
+//	skopeo copy --all oci:build/image:0.3.0 docker://registry.example.com/sluice:0.3.0
 //
 // The image has the contract of the repository's Dockerfile: the static
 // binary at /sluice and /bin/ratelimit (a symlink to it, the path
@@ -47,7 +48,7 @@ func run(args []string) error {
 	var o options
 	fs.StringVar(&o.Src, "src", ".", "the Sluice repository to build from")
 	fs.StringVar(&o.Version, "version", "", "the version to stamp and label (required: the repository's VERSION, or a snapshot's)")
-	fs.StringVar(&o.Out, "out", "dist/image", "the OCI layout directory to write; OUT.tar gets the same as an oci-archive")
+	fs.StringVar(&o.Out, "out", "build/image", "the OCI layout directory to write; OUT.tar gets the same as an oci-archive")
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "comma-separated OS/ARCH list")
 	fs.StringVar(&o.CABundle, "ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "the PEM CA bundle to ship (Debian's ca-certificates package writes this one)")
 	fs.StringVar(&o.Revision, "revision", "", "the commit, for the org.opencontainers.image.revision label (empty: no label)")
