@@ -262,6 +262,9 @@ func Parse(args []string, getenv func(string) string, helpOut io.Writer, emptyVa
 		given[f.Name] = []string{"--" + f.Name}
 	})
 	peer.inForce(fs)
+	if err := peer.redisErr; err != nil && !ownRedisAddr(given) {
+		return nil, err // a flag or SLUICE_* variable would decide the address instead
+	}
 	if peer.redisDefaulted() && (s.RedisCluster != "" || s.RedisSentinel != "") && !peer.overridden("redis-url") {
 		// A Cluster or Sentinel given by flag or SLUICE_* replaces the
 		// peer's default socket, which is no node of it.
