@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,7 @@ func (srv *server) openStore() error {
 			TLSCertFile:                 set.RedisTLSCert,
 			TLSKeyFile:                  set.RedisTLSKey,
 			TLSSkipHostnameVerification: set.RedisTLSNoHost,
+			TLSSetting:                  tlsSetting(set),
 			SentinelUsername:            sentinelUser,
 			SentinelPassword:            sentinelPass,
 		}, srv.log)
@@ -82,6 +84,23 @@ func (srv *server) warmStore(ctx context.Context) error {
 	}
 	srv.warmed.Store(true)
 	return nil
+}
+
+// tlsSetting names the setting whose rediss:// URL turned Redis TLS on,
+// for the error of a server that does not speak TLS: REDIS_TLS=true, or
+// rediss:// in the flag or variable that gave --redis-url; "" when
+// unknown.
+func tlsSetting(set *settings.Settings) string {
+	for _, in := range set.InForce() {
+		switch {
+		case in.Name != "redis-url" || !strings.HasPrefix(in.Value, "rediss://"):
+		case slices.Contains(in.From, "REDIS_TLS"):
+			return "REDIS_TLS=true (envoyproxy/ratelimit's setting)"
+		case len(in.From) > 0:
+			return "rediss:// in " + in.From[0]
+		}
+	}
+	return ""
 }
 
 // leaseRate maps --redis-lease-rate (0: off) to redis.Settings.LeaseRate

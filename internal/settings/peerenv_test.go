@@ -481,6 +481,11 @@ func TestPeerRedisFlagWins(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%v %v: %q, want %q", tc.env, tc.args, got, tc.want)
 		}
+		if w := s.Report().PeerWarnings; !slices.ContainsFunc(w, func(l string) bool {
+			return strings.HasSuffix(l, "; not used: a flag or SLUICE_* variable gives the Redis address")
+		}) {
+			t.Errorf("%v %v: warnings %q do not say the peer's Redis settings went unused", tc.env, tc.args, w)
+		}
 	}
 }
 

@@ -264,6 +264,8 @@ func Parse(args []string, getenv func(string) string, helpOut io.Writer, emptyVa
 	peer.inForce(fs)
 	if err := peer.redisErr; err != nil && !ownRedisAddr(given) {
 		return nil, err // a flag or SLUICE_* variable would decide the address instead
+	} else if err != nil {
+		peer.warnings = append(peer.warnings, err.Error()+"; not used: a flag or SLUICE_* variable gives the Redis address")
 	}
 	if peer.redisDefaulted() && (s.RedisCluster != "" || s.RedisSentinel != "") && !peer.overridden("redis-url") {
 		// A Cluster or Sentinel given by flag or SLUICE_* replaces the

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -68,6 +69,10 @@ type Settings struct {
 	// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION), for Redis reached through an
 	// address its certificate does not list.
 	TLSSkipHostnameVerification bool
+	// TLSSetting names what turned TLS on (e.g. "REDIS_TLS=true"), for the
+	// error of a handshake with a server that does not speak TLS. Default:
+	// the rediss:// scheme of URL, or the TLS files.
+	TLSSetting string
 	// SentinelUsername and SentinelPassword authenticate to the Sentinels
 	// themselves (not to the master, whose credentials are in URL). Empty
 	// means no AUTH to the Sentinels.
@@ -120,6 +125,11 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		if err := s.configureTLS(u.TLSConfig); err != nil {
 			return nil, err
 		}
+		by := "the rediss:// scheme of the Redis URL"
+		if !tlsOn {
+			by = "a Redis TLS file or setting"
+		}
+		u.Dialer = tlsDialer(u.TLSConfig, u.DialTimeout, cmp.Or(s.TLSSetting, by))
 	}
 
 	var c goredis.UniversalClient
