@@ -132,6 +132,9 @@ func TestKubernetesRejects(t *testing.T) {
 		{"redis url to no service", "deployment.yaml", "redis://sluice-redis:6379/0", "redis://redis:6379/0", `no Service "redis"`},
 		{"wrong namespace", "pdb.yaml", "namespace: sluice", "namespace: default", `namespace "default"`},
 		{"resource file missing", "kustomization.yaml", "  - pdb.yaml\n", "  - pdb.yaml\n  - hpa.yaml\n", "hpa.yaml"},
+		{"redis that never evicts", "redis.yaml", `"--maxmemory-policy", "allkeys-lru"`, `"--maxmemory-policy", "noeviction"`, `--maxmemory-policy "noeviction"`},
+		{"redis without a memory cap", "redis.yaml", `, "--maxmemory", "192mb"`, "", `--maxmemory ""`},
+		{"redis capped at its limit", "redis.yaml", `"--maxmemory", "192mb"`, `"--maxmemory", "256mb"`, "over 80% of the memory limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := copyDir(t, kustomizeDir)
@@ -461,7 +464,59 @@ func check(dir, srcDir string) []error {
 	if d := m.deployments[sluiceName]; d != nil {
 		errs = append(errs, checkSluice(m, d, sl)...)
 	}
+	if d := m.deployments[redisName]; d != nil {
+		errs = append(errs, checkRedisMemory(d)...)
+	}
 	return errs
+}
+
+// checkRedisMemory checks that the bundled Redis caps its memory below its
+// container's limit and evicts when full: with Redis's default policy,
+// noeviction, a full Redis refuses every write, so a flood of distinct
+// descriptor values would fail every decision. Every Sluice key has a TTL,
+// so allkeys-lru and volatile-lru both evict counters.
+func checkRedisMemory(d *appsv1.Deployment) []error {
+	var errs []error
+	for _, c := range d.Spec.Template.Spec.Containers {
+		where := fmt.Sprintf("Deployment %s: container %s", d.Name, c.Name)
+		args := append(slices.Clone(c.Command), c.Args...)
+		flag := func(name string) string {
+			if i := slices.Index(args, "--"+name); i >= 0 && i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		}
+		if p := flag("maxmemory-policy"); p != "allkeys-lru" && p != "volatile-lru" {
+			errs = append(errs, fmt.Errorf("%s: --maxmemory-policy %q, want allkeys-lru or volatile-lru (noeviction, Redis's default, fails every decision once Redis is full)", where, p))
+		}
+		limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+		n, err := redisBytes(flag("maxmemory"))
+		switch {
+		case err != nil || n == 0:
+			errs = append(errs, fmt.Errorf("%s: --maxmemory %q: want a size such as 192mb (%v)", where, flag("maxmemory"), err))
+		case !ok || n > limit.Value()*8/10:
+			errs = append(errs, fmt.Errorf("%s: --maxmemory %s is over 80%% of the memory limit %s: Redis needs room for buffers and fragmentation", where, flag("maxmemory"), limit.String()))
+		}
+	}
+	return errs
+}
+
+// redisBytes parses a Redis memory size: bytes, or a number with k, kb, m,
+// mb, g or gb (k is 1000, kb 1024, as Redis reads them).
+func redisBytes(v string) (int64, error) {
+	v = strings.ToLower(v)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n * mult, err
 }
 
 // checkInventory checks the kustomization itself, that every expected

@@ -51,7 +51,19 @@ func (srv *server) openStore() error {
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
-		srv.store, srv.closer, srv.ping, srv.warm = st, st.Close, st.Ping, st.Ready
+		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		srv.warm = func(ctx context.Context) error {
+			if err := st.Ready(ctx); err != nil {
+				return err
+			}
+			// Once, at the first warm: Redis's default policy turns a flood
+			// of distinct values into an outage of every decision.
+			if nodes := st.NoEviction(ctx); len(nodes) > 0 {
+				srv.log.Warn("redis maxmemory-policy is noeviction: once Redis is full every decision fails (OOM command not allowed); "+
+					"set maxmemory and maxmemory-policy allkeys-lru (or volatile-lru: every key Sluice writes has a TTL)", zap.Strings("redis_nodes", nodes))
+			}
+			return nil
+		}
 		srv.shares = st.Shares(redis.SharesOptions{})
 		// Open the connections and load the library now, so that no
 		// decision pays for them inside its deadline. Redis may be down:

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -332,4 +334,41 @@ func openPool(ctx context.Context, c *goredis.Client) error {
 		}
 	}
 	return nil
+}
+
+// NoEviction returns the address of every master whose maxmemory-policy is
+// noeviction (Redis's default), sorted. Such a Redis, once it reaches its
+// maxmemory, refuses every write ("OOM command not allowed"), so a flood
+// of distinct descriptor values makes every decision fail, for every
+// client; with allkeys-lru or volatile-lru it forgets the least recently
+// used counters instead (every key Sluice writes has a TTL, so both evict
+// only counters on a Redis of its own). A master that refuses CONFIG GET
+// (managed Redis services often do) or does not answer within PingTimeout
+// is left out: the check is advice, never a reason not to start. It is
+// safe for concurrent use.
+func (s *Store) NoEviction(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var out []string
+	check := func(ctx context.Context, c *goredis.Client) error {
+		if p, err := c.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil && p["maxmemory-policy"] == "noeviction" {
+			addr := c.Options().Addr
+			if addr == "FailoverClient" { // go-redis's name for a Sentinel's master
+				addr = "the Sentinel master"
+			}
+			mu.Lock()
+			out = append(out, addr)
+			mu.Unlock()
+		}
+		return nil
+	}
+	switch c := s.c.(type) {
+	case *goredis.ClusterClient:
+		c.ForEachMaster(ctx, check)
+	case *goredis.Client:
+		check(ctx, c)
+	}
+	slices.Sort(out)
+	return out
 }
