@@ -63,6 +63,19 @@ func (srv *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, "OK")
 }
 
+// jsonHandler serves POST /json, envoyproxy/ratelimit's HTTP twin of
+// ShouldRateLimit, as --json says: counting as gRPC does, as checks only
+// (rls.Options.JSONCheckOnly), or not at all (404 naming the setting): the
+// HTTP port is reached by kubelets and Prometheus, far more than gRPC is.
+func (srv *server) jsonHandler() http.Handler {
+	if srv.set.JSON == "off" {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "POST /json is off (--json=off)", http.StatusNotFound)
+		})
+	}
+	return srv.svc.JSONHandler()
+}
+
 // debugHandler serves the debug listener: /rlconfig (the config in force,
 // as envoyproxy/ratelimit prints it, and for a config over xDS a last line
 // naming its server, node id and version), pprof under /debug/pprof/, and an

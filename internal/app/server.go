@@ -163,7 +163,7 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 	mux.HandleFunc("GET /readyz", srv.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /config", srv.page)
-	mux.Handle("/json", srv.svc.JSONHandler())
+	mux.Handle("/json", srv.jsonHandler()) // dropin.go
 	srv.handleUI(mux)
 	// A client that sends its headers or body slowly, or keeps a connection
 	// idle, must not hold a goroutine and a socket for long.

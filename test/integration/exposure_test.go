@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"net/http"
 	"strings"
 	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -38,4 +41,35 @@ func warned(log, msg, field string) bool {
 		}
 	}
 	return false
+}
+
+// TestJSONCheckAndOff: whoever reaches the HTTP port can drain a counter
+// through POST /json one hit at a time (20 posts, then the victim's next
+// gRPC call is over limit). --json=check decides each /json request as a
+// check, counting nothing; --json=off turns /json off alone.
+func TestJSONCheckAndOff(t *testing.T) {
+	url := "redis://" + redistest.Start(t).Addr()
+	victim := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"203.0.113.9"}]}]}` // 20 a minute
+	check := startSluice(t, "--config", "config", "--redis-url", url, "--json", "check", "--debug-addr", "")
+	for i := range 25 {
+		if code, body := postJSON(t, check, victim); code != http.StatusOK || !strings.Contains(body, `"limitRemaining":20`) {
+			t.Fatalf("--json=check: post %d = %d %s, want 200 with all 20 remaining", i+1, code, body)
+		}
+	}
+	if r := check.call(t, "edge", []string{"remote_address", "203.0.113.9"}); r.GetOverallCode() != rlsv3.RateLimitResponse_OK ||
+		r.GetStatuses()[0].GetLimitRemaining() != 19 {
+		t.Errorf("the victim's gRPC call after 25 /json checks: %v, %d remaining; want OK, 19 (nothing drained)",
+			r.GetOverallCode(), r.GetStatuses()[0].GetLimitRemaining())
+	}
+
+	off := startSluice(t, "--config", "config", "--redis-url", url, "--json", "off", "--debug-addr", "")
+	if code, body := postJSON(t, off, victim); code != http.StatusNotFound || strings.TrimSpace(body) != "POST /json is off (--json=off)" {
+		t.Errorf("--json=off: POST /json = %d %q, want 404 naming the setting", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+off.HTTPAddr+"/readyz"); code != http.StatusOK {
+		t.Errorf("--json=off: /readyz = %d, want the rest of the port served", code)
+	}
+	if r := off.call(t, "edge", []string{"remote_address", "203.0.113.9"}); r.GetStatuses()[0].GetLimitRemaining() != 18 {
+		t.Errorf("after /json was refused: %d remaining, want 18", r.GetStatuses()[0].GetLimitRemaining())
+	}
 }
