@@ -202,6 +202,61 @@ func TestEnvoyYAMLRequests(t *testing.T) {
 	}
 }
 
+// envoyRejects are TestEnvoyYAMLRejects's cases.
+var envoyRejects = []struct {
+	name string
+	// old is replaced by new once, in envoy.yaml or, with inConfig, in
+	// config/edge.yaml.
+	old, new string
+	inConfig bool
+	want     string // a substring of one of the reported errors
+}{
+	// Proto validation (PGV) rules inside typed_config.
+	{name: "empty filter domain", old: "domain: edge", new: `domain: ""`,
+		want: "RateLimit.Domain"},
+	{name: "empty descriptor_key on request_headers", old: "descriptor_key: api_key }", new: `descriptor_key: "" }`,
+		want: "RequestHeaders.DescriptorKey"},
+	{name: "empty stat_prefix in the connection manager", old: "stat_prefix: edge", new: `stat_prefix: ""`,
+		want: "HttpConnectionManager.StatPrefix"},
+	{name: "negative connect_timeout outside any typed_config", old: "connect_timeout: 0.25s", new: "connect_timeout: -1s",
+		want: "Cluster.ConnectTimeout"},
+
+	// Parsing: a typo or an unknown extension is an error, as in Envoy.
+	{name: "unknown field", old: "failure_mode_deny:", new: "failure_mode_deni:",
+		want: "unknown field"},
+	{name: "unresolvable typed_config", old: "router.v3.Router", new: "router.v3.Routr",
+		want: "unable to resolve"},
+
+	// Wiring between the pieces.
+	{name: "rate limit service cluster missing", old: "cluster_name: sluice }", new: "cluster_name: sluicee }",
+		want: `cluster "sluicee"`},
+	{name: "sluice cluster without HTTP/2", old: "http2_protocol_options: {}", new: "http_protocol_options: {}",
+		want: "HTTP/2"},
+	{name: "v2 transport", old: "transport_api_version: V3", new: "transport_api_version: AUTO",
+		want: "transport_api_version"},
+
+	// What a client must not choose.
+	{name: "edge keeps a client's internal key", old: "                        - remove: x-internal-key\n", new: "",
+		want: "listener edge: x-internal-key from a client reaches Sluice"},
+	{name: "edge keeps a client's class", old: "append_action: OVERWRITE_IF_EXISTS_OR_ADD", new: "append_action: ADD_IF_ABSENT",
+		want: "listener edge: x-priority from a client reaches Sluice"},
+	{name: "no early header mutation", old: "early_header_mutation_extensions:", new: "early_header_mutation_extensionz:",
+		want: "unknown field"},
+
+	// Descriptors that config/ has no rule for.
+	{name: "empty descriptor_key on generic_key sends generic_key", old: "descriptor_key: route,", new: `descriptor_key: "",`,
+		want: "[api_key=alice, generic_key=search] matches no rule"},
+	{name: "domain not in config", old: "domain: edge", new: "domain: edge-v2",
+		want: `domain "edge-v2": [api_key=alice] matches no rule`},
+	{name: "descriptor key not in config", old: "descriptor_key: api_key_internal", new: "descriptor_key: internal_key",
+		want: "[internal_key=billing] matches no rule"},
+	{name: "descriptor value not in config", old: "descriptor_value: search", new: "descriptor_value: searching",
+		want: "[api_key=alice, route=searching] matches no rule"},
+	{name: "rule without a limit counts as unmatched", inConfig: true,
+		old: "    rate_limit:\n      name: per_client_address\n      unit: minute\n      requests_per_unit: 20\n", new: "",
+		want: "[remote_address=" + clientAddress + "] matches rule"},
+}
+
 // TestEnvoyYAMLRejects proves the checks above can fail: each case breaks
 // envoy.yaml (or config/) the way a person might, and the checks must
 // report it.
@@ -209,59 +264,7 @@ func TestEnvoyYAMLRejects(t *testing.T) {
 	envoyText := string(readFile(t, envoyYAML))
 	configText := string(readFile(t, filepath.Join(configDir, "edge.yaml")))
 
-	for _, tc := range []struct {
-		name string
-		// old is replaced by new once, in envoy.yaml or, with inConfig, in
-		// config/edge.yaml.
-		old, new string
-		inConfig bool
-		want     string // a substring of one of the reported errors
-	}{
-		// Proto validation (PGV) rules inside typed_config.
-		{name: "empty filter domain", old: "domain: edge", new: `domain: ""`,
-			want: "RateLimit.Domain"},
-		{name: "empty descriptor_key on request_headers", old: "descriptor_key: api_key }", new: `descriptor_key: "" }`,
-			want: "RequestHeaders.DescriptorKey"},
-		{name: "empty stat_prefix in the connection manager", old: "stat_prefix: edge", new: `stat_prefix: ""`,
-			want: "HttpConnectionManager.StatPrefix"},
-		{name: "negative connect_timeout outside any typed_config", old: "connect_timeout: 0.25s", new: "connect_timeout: -1s",
-			want: "Cluster.ConnectTimeout"},
-
-		// Parsing: a typo or an unknown extension is an error, as in Envoy.
-		{name: "unknown field", old: "failure_mode_deny:", new: "failure_mode_deni:",
-			want: "unknown field"},
-		{name: "unresolvable typed_config", old: "router.v3.Router", new: "router.v3.Routr",
-			want: "unable to resolve"},
-
-		// Wiring between the pieces.
-		{name: "rate limit service cluster missing", old: "cluster_name: sluice }", new: "cluster_name: sluicee }",
-			want: `cluster "sluicee"`},
-		{name: "sluice cluster without HTTP/2", old: "http2_protocol_options: {}", new: "http_protocol_options: {}",
-			want: "HTTP/2"},
-		{name: "v2 transport", old: "transport_api_version: V3", new: "transport_api_version: AUTO",
-			want: "transport_api_version"},
-
-		// What a client must not choose.
-		{name: "edge keeps a client's internal key", old: "                        - remove: x-internal-key\n", new: "",
-			want: "listener edge: x-internal-key from a client reaches Sluice"},
-		{name: "edge keeps a client's class", old: "append_action: OVERWRITE_IF_EXISTS_OR_ADD", new: "append_action: ADD_IF_ABSENT",
-			want: "listener edge: x-priority from a client reaches Sluice"},
-		{name: "no early header mutation", old: "early_header_mutation_extensions:", new: "early_header_mutation_extensionz:",
-			want: "unknown field"},
-
-		// Descriptors that config/ has no rule for.
-		{name: "empty descriptor_key on generic_key sends generic_key", old: "descriptor_key: route,", new: `descriptor_key: "",`,
-			want: "[api_key=alice, generic_key=search] matches no rule"},
-		{name: "domain not in config", old: "domain: edge", new: "domain: edge-v2",
-			want: `domain "edge-v2": [api_key=alice] matches no rule`},
-		{name: "descriptor key not in config", old: "descriptor_key: api_key_internal", new: "descriptor_key: internal_key",
-			want: "[internal_key=billing] matches no rule"},
-		{name: "descriptor value not in config", old: "descriptor_value: search", new: "descriptor_value: searching",
-			want: "[api_key=alice, route=searching] matches no rule"},
-		{name: "rule without a limit counts as unmatched", inConfig: true,
-			old: "    rate_limit:\n      name: per_client_address\n      unit: minute\n      requests_per_unit: 20\n", new: "",
-			want: "[remote_address=" + clientAddress + "] matches rule"},
-	} {
+	for _, tc := range envoyRejects {
 		t.Run(tc.name, func(t *testing.T) {
 			envoyText, configText := envoyText, configText
 			target := &envoyText
