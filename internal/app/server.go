@@ -88,8 +88,9 @@ type server struct {
 	closer func() error                // closes the store, nil if nothing to close
 	ping   func(context.Context) error // checks the store, nil if it cannot fail
 	// warm opens the store's connections and loads its library
-	// (redis.Store.Ready), nil if it needs neither; warmed reports that it
-	// succeeded once. Until then the server is not ready.
+	// (redis.Store.Ready, then a warning if Redis never evicts), nil if it
+	// needs neither; warmed reports that it succeeded once. Until then the
+	// server is not ready, and /healthcheck fails.
 	warm   func(context.Context) error
 	warmed atomic.Bool
 	reg    *prometheus.Registry

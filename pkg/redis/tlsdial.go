@@ -38,9 +38,12 @@ func tlsDialer(cfg *tls.Config, dialTimeout time.Duration, tlsBy string) func(co
 			return nil, err
 		}
 		c := cfg
-		if c.ServerName == "" { // as tls.Dial: the host dialled
+		if c.ServerName == "" { // as tls.Dial: the host dialled (a socket's path)
 			c = cfg.Clone()
-			c.ServerName, _, _ = net.SplitHostPort(addr)
+			c.ServerName = addr
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				c.ServerName = host
+			}
 		}
 		conn := tls.Client(raw, c)
 		hctx, cancel := context.WithCancelCause(ctx)

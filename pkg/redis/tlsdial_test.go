@@ -34,12 +34,12 @@ func TestTLSToPlainRedis(t *testing.T) {
 	}
 
 	srv, ca := redistest.StartTLS(t)
-	s, err := Open(Settings{URL: "rediss://" + srv.Addr(), TLSCAFile: ca}, nil)
+	s, err := Open(Settings{URL: "rediss://" + srv.Addr(), TLSCAFile: ca, PoolSize: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Ready(context.Background()); err != nil {
-		t.Errorf("Ready over TLS to a TLS Redis = %v", err)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Errorf("Ping over TLS to a TLS Redis = %v", err)
 	}
 }

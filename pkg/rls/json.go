@@ -90,17 +90,7 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)
 		if err != nil {
-			st := status.Convert(err)
-			code := http.StatusInternalServerError
-			switch st.Code() {
-			case codes.InvalidArgument:
-				code = http.StatusBadRequest
-			case codes.Unavailable:
-				code = http.StatusServiceUnavailable
-			case codes.Canceled, codes.DeadlineExceeded:
-				code = http.StatusGatewayTimeout
-			}
-			http.Error(w, st.Message(), code)
+			jsonError(w, err)
 			return
 		}
 		out, err := protojson.Marshal(resp)
@@ -121,6 +111,23 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		w.Write(out)
 	})
+}
+
+// jsonError answers a /json request that ShouldRateLimit failed with err:
+// 400 for INVALID_ARGUMENT, 503 for UNAVAILABLE, 504 for a cancelled call
+// or a passed deadline, 500 otherwise, the status's message as the body.
+func jsonError(w http.ResponseWriter, err error) {
+	st := status.Convert(err)
+	code := http.StatusInternalServerError
+	switch st.Code() {
+	case codes.InvalidArgument:
+		code = http.StatusBadRequest
+	case codes.Unavailable:
+		code = http.StatusServiceUnavailable
+	case codes.Canceled, codes.DeadlineExceeded:
+		code = http.StatusGatewayTimeout
+	}
+	http.Error(w, st.Message(), code)
 }
 
 // jsonUsage returns why /json refuses req, naming the field, when req
