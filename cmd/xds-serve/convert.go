@@ -8,7 +8,6 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
-	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
 // resources converts every domain of cfg into a RateLimitConfig named
@@ -21,8 +20,8 @@ func resources(cfg *descriptors.Config) ([]*rlsconfv3.RateLimitConfig, error) {
 		errs []error
 	)
 	for _, d := range cfg.Domains() {
-		if d.FailureMode != descriptors.FailureModeUnset {
-			errs = append(errs, fmt.Errorf("%s: failure_mode: %s", d.File, noField))
+		for _, key := range d.WithoutXDS() {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", d.File, key, noField))
 		}
 		ds, derrs := rules(d.Rules)
 		errs = append(errs, derrs...)
@@ -42,7 +41,7 @@ func rules(rs []*descriptors.Rule) ([]*rlsconfv3.RateLimitDescriptor, []error) {
 	)
 	for _, r := range rs {
 		d := &rlsconfv3.RateLimitDescriptor{Key: r.Key, Value: r.Value, ShadowMode: r.ShadowMode, DetailedMetric: r.DetailedMetric}
-		for _, f := range additions(r) {
+		for _, f := range r.WithoutXDS() {
 			errs = append(errs, fmt.Errorf("%s:%d:%d: %s: %s: %s", r.File, r.Line, r.Column, r.FullKey, f, noField))
 		}
 		switch {
@@ -73,28 +72,4 @@ func policy(l *descriptors.Limit) (*rlsconfv3.RateLimitPolicy, error) {
 		p.Replaces = append(p.Replaces, &rlsconfv3.RateLimitReplace{Name: n})
 	}
 	return p, nil
-}
-
-// additions lists the Sluice additions r uses, by their YAML keys.
-func additions(r *descriptors.Rule) []string {
-	var out []string
-	add := func(set bool, key string) {
-		if set {
-			out = append(out, key)
-		}
-	}
-	add(len(r.Limits) > 1, "rate_limits")
-	if l := r.Limit; l != nil {
-		add(l.UnitMultiplier > 1, "rate_limit.unit_multiplier")
-		add(l.Algorithm != limiter.SlidingWindow, "rate_limit.algorithm")
-		add(l.Burst != 0, "rate_limit.burst")
-		add(l.SubWindows != 0 && l.SubWindows != limiter.DefaultSubWindows, "rate_limit.sub_windows")
-		add(l.Overdraw != nil, "rate_limit.overdraw")
-	}
-	add(r.QuotaMode, "quota_mode")
-	add(r.ValueToMetric, "value_to_metric")
-	add(r.ShareThreshold, "share_threshold")
-	add(r.Metadata != nil, "metadata")
-	add(r.Pool != nil, "classes")
-	return out
 }

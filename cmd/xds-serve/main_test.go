@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/xdsconfig"
 )
 
 func load(t *testing.T, yaml string) *descriptors.Config {
@@ -20,10 +22,9 @@ func load(t *testing.T, yaml string) *descriptors.Config {
 	return cfg
 }
 
-// TestResources: every field the RateLimitConfig proto has is carried, in
-// config order, one resource per domain named after it.
-func TestResources(t *testing.T) {
-	cfg := load(t, `domain: api
+// xdsKeys sets every key of the format that the RateLimitConfig proto has a
+// field for.
+const xdsKeys = `domain: api
 descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 20}
@@ -37,7 +38,12 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: per_key}]}
   - key: internal
     rate_limit: {unlimited: true}
-`)
+`
+
+// TestResources: every field the RateLimitConfig proto has is carried, in
+// config order, one resource per domain named after it.
+func TestResources(t *testing.T) {
+	cfg := load(t, xdsKeys)
 	got, err := resources(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -111,4 +117,80 @@ func TestUsage(t *testing.T) {
 			t.Errorf("run(%q) = %d, %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}
+}
+
+// TestResourcesCarryEveryXDSKey: a config that sets every key the
+// RateLimitConfig proto has a field for (descriptors.Schema) is the same
+// config after a trip through the resources and back (as a Sluice served
+// them would build them): every key shows the same.
+func TestResourcesCarryEveryXDSKey(t *testing.T) {
+	cfg := load(t, xdsKeys)
+	shown := map[string]bool{}
+	want := showTree(cfg, shown)
+	for _, k := range descriptors.Schema() {
+		if k.XDS != "" && !shown[k.Level.String()+"."+k.Name] {
+			t.Errorf("the test's config sets no %s of a %s: set it, so that its trip over xDS is checked", k.Name, k.Level)
+		}
+	}
+	rcs, err := resources(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []*descriptors.Document
+	for _, rc := range rcs {
+		docs = append(docs, xdsconfig.Document(rc))
+	}
+	back, err := descriptors.Build(docs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := showTree(back, nil); !reflect.DeepEqual(got, want) {
+		t.Errorf("after a trip over xDS the config shows\n%v\nwant\n%v", got, want)
+	}
+}
+
+// showTree is what cfg shows of every domain, rule and limit (Show), as
+// plain values; it notes in seen each level's keys shown.
+func showTree(cfg *descriptors.Config, seen map[string]bool) []any {
+	var walk func(level descriptors.Level, kvs []descriptors.KeyValue) any
+	value := func(x any) any {
+		switch x := x.(type) {
+		case *descriptors.Limit:
+			return walk(descriptors.LevelRateLimit, x.Show())
+		case []*descriptors.Rule:
+			var out []any
+			for _, r := range x {
+				out = append(out, walk(descriptors.LevelDescriptor, r.Show()))
+			}
+			return out
+		}
+		return x
+	}
+	walk = func(level descriptors.Level, kvs []descriptors.KeyValue) any {
+		var out []any
+		for _, kv := range kvs {
+			l := levelOf(level, kv.Key)
+			if seen != nil {
+				seen[l.String()+"."+kv.Key] = true
+			}
+			out = append(out, kv.Key, value(kv.Value))
+		}
+		return out
+	}
+	var out []any
+	for _, d := range cfg.Domains() {
+		out = append(out, walk(descriptors.LevelDomain, d.Show()))
+	}
+	return out
+}
+
+// levelOf is the level of the key called key that an object of level shows:
+// its own, or a deeper one's (a rule shows its rate_limit's unlimited).
+func levelOf(level descriptors.Level, key string) descriptors.Level {
+	for _, k := range descriptors.Schema() {
+		if k.Name == key && k.Level >= level {
+			return k.Level
+		}
+	}
+	return level
 }

@@ -1,12 +1,11 @@
 package app
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/settings"
@@ -21,29 +20,12 @@ import (
 type configPage struct {
 	state *source.State
 	set   *settings.Settings
-
-	mu      sync.Mutex
-	cfg     *descriptors.Config // the config whose version is kept
-	version string              // configVersion(cfg)
 }
 
 // newConfigPage returns the page of state's config, with the settings in
 // force s.
 func newConfigPage(state *source.State, s *settings.Settings) *configPage {
 	return &configPage{state: state, set: s}
-}
-
-// configVersion is configVersion of cfg, computed once per config.
-func (p *configPage) configVersion(cfg *descriptors.Config) string {
-	if cfg == nil {
-		return ""
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if cfg != p.cfg {
-		p.cfg, p.version = cfg, configVersion(cfg)
-	}
-	return p.version
 }
 
 // ServeHTTP answers /config: the source, the config in force (its files,
@@ -60,14 +42,15 @@ func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		LoadedAt  *time.Time  `json:"loaded_at,omitempty"`
 		LastError []string    `json:"last_error,omitempty"`
 		ErrorAt   *time.Time  `json:"last_error_at,omitempty"`
-		// ConfigVersion identifies the rules in force (configVersion).
-		ConfigVersion string       `json:"config_version,omitempty"`
-		Rules         []configView `json:"rules"`
+		// ConfigVersion identifies the config in force
+		// (descriptors.Config.Version).
+		ConfigVersion string   `json:"config_version,omitempty"`
+		Rules         []object `json:"rules"`
 		// Settings are the settings in force that differ from their
 		// defaults, with what set them.
 		Settings []settings.InForce `json:"settings"`
 	}{Version: versionString(), Source: st.Source, Files: st.Files, Domains: st.Domains, LastError: st.LastError,
-		ConfigVersion: p.configVersion(st.Config), Rules: describeConfig(st.Config), Settings: []settings.InForce{}}
+		ConfigVersion: st.Config.Version(), Rules: describeConfig(st.Config), Settings: []settings.InForce{}}
 	if p.set != nil {
 		out.Settings = append(out.Settings, p.set.InForce()...)
 	}
@@ -90,7 +73,7 @@ func (p *configPage) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 func (p *configPage) pageStatus() statuspage.ConfigStatus {
 	cs := p.state.Status()
 	info := cs.Source
-	st := statuspage.ConfigStatus{Source: info.Kind, Version: p.configVersion(cs.Config), LoadedAt: cs.LoadedAt,
+	st := statuspage.ConfigStatus{Source: info.Kind, Version: cs.Config.Version(), LoadedAt: cs.LoadedAt,
 		Errors: cs.LastError, ErrorAt: cs.ErrorAt}
 	switch {
 	case info.Path != "":
@@ -107,114 +90,108 @@ func (p *configPage) pageStatus() statuspage.ConfigStatus {
 	return st
 }
 
-// configVersion identifies a config by its content: the first 12 hex
-// digits of the SHA-256 of its rules as /config shows them, so replicas that
-// loaded the same rules show the same version whatever the source.
-func configVersion(cfg *descriptors.Config) string {
-	b, err := json.Marshal(describeConfig(cfg))
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:6])
-}
-
-// configView is /config's view of a loaded config: every domain's
-// descriptor tree with its names, limits and algorithms, as loaded.
-type configView struct {
-	Domain      string     `json:"domain"`
-	File        string     `json:"file"`
-	FailureMode string     `json:"failure_mode,omitempty"`
-	Descriptors []ruleView `json:"descriptors"`
-}
-
-type ruleView struct {
-	Key            string         `json:"key"`
-	Value          string         `json:"value,omitempty"`
-	Rule           string         `json:"rule"` // the name metrics and the status page use
-	Limit          *limitView     `json:"rate_limit,omitempty"`
-	Limits         []*limitView   `json:"rate_limits,omitempty"` // a rule with several limits: all of them
-	Unlimited      bool           `json:"unlimited,omitempty"`
-	ShadowMode     bool           `json:"shadow_mode,omitempty"`
-	QuotaMode      bool           `json:"quota_mode,omitempty"`
-	DetailedMetric bool           `json:"detailed_metric,omitempty"`
-	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
-	ShareThreshold bool           `json:"share_threshold,omitempty"`
-	Metadata       map[string]any `json:"metadata,omitempty"`
-	Line           int            `json:"line"`
-	Classes        *classesView   `json:"classes,omitempty"` // a pool's classes
-	Descriptors    []ruleView     `json:"descriptors,omitempty"`
-}
-
-// classesView is a pool's classes as the config gives them, with each
-// ceiling in force and what it admits in requests.
-type classesView struct {
-	Key      string        `json:"key"`
-	Ceilings []ceilingView `json:"ceilings"`
-	Lowest   string        `json:"lowest"` // the class of a missing or unknown value
-}
-
-type ceilingView struct {
-	Value    string `json:"value"`
-	Ceiling  string `json:"ceiling"`
-	Requests uint32 `json:"requests"` // floor(requests_per_unit x ceiling)
-}
-
-type limitView struct {
-	Name            string   `json:"name,omitempty"`
-	RequestsPerUnit uint32   `json:"requests_per_unit"`
-	Unit            string   `json:"unit"`
-	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
-	Window          string   `json:"window"`
-	Algorithm       string   `json:"algorithm"`
-	Burst           uint32   `json:"burst,omitempty"`
-	SubWindows      uint8    `json:"sub_windows,omitempty"`
-	Overdraw        *bool    `json:"overdraw,omitempty"`
-	Replaces        []string `json:"replaces,omitempty"`
-}
-
-func describeLimit(l *descriptors.Limit) *limitView {
-	v := &limitView{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.String(), Window: l.Window().String(),
-		Algorithm: l.Algorithm.String(), Burst: l.Burst, SubWindows: l.SubWindows, Overdraw: l.Overdraw, Replaces: l.Replaces}
-	if l.UnitMultiplier > 1 {
-		v.UnitMultiplier = l.UnitMultiplier
-	}
-	return v
-}
-
-// describeConfig renders cfg for /config; nil for no config.
-func describeConfig(cfg *descriptors.Config) []configView {
-	var out []configView
+// describeConfig renders cfg's domains for /config: each domain, rule and
+// limit in the keys of the format, as the schema shows them
+// (descriptors' Show), with what /config adds: a domain's file, a rule's
+// name (as metrics and the status page give it) and line, a limit's
+// window. A rule's nested descriptors come after its own keys. nil for no
+// config.
+func describeConfig(cfg *descriptors.Config) []object {
+	var out []object
 	for _, d := range cfg.Domains() {
-		out = append(out, configView{Domain: d.Name, File: d.File, FailureMode: d.FailureMode.String(), Descriptors: describeRules(d.Name, d.Rules)})
+		v := renderer{domain: d.Name}
+		out = append(out, v.object(d.Show(), member{"file", d.File}))
 	}
 	return out
 }
 
-func describeRules(domain string, rules []*descriptors.Rule) []ruleView {
-	out := make([]ruleView, 0, len(rules))
-	for _, r := range rules {
-		v := ruleView{Key: r.Key, Value: r.Value, Rule: strings.TrimPrefix(r.FullKey, domain+"."), Unlimited: r.Unlimited,
-			ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
-			ShareThreshold: r.ShareThreshold, Metadata: r.Metadata, Line: r.Line, Descriptors: describeRules(domain, r.Children)}
-		if l := r.Limit; l != nil {
-			if l.Name != "" {
-				v.Rule = l.Name
-			}
-			v.Limit = describeLimit(l)
+// renderer renders the objects of one domain.
+type renderer struct{ domain string }
+
+// object renders kvs, a mapping of the format, with extra after its keys
+// and its nested descriptors last.
+func (v renderer) object(kvs []descriptors.KeyValue, extra ...member) object {
+	o := make(object, 0, len(kvs)+len(extra))
+	var children []member
+	for _, kv := range kvs {
+		m := member{kv.Key, v.value(kv.Value)}
+		if _, nested := kv.Value.([]*descriptors.Rule); nested {
+			children = append(children, m)
+			continue
 		}
-		if len(r.Limits) > 1 {
-			for _, l := range r.Limits {
-				v.Limits = append(v.Limits, describeLimit(l))
-			}
-		}
-		if p := r.Pool; p != nil {
-			v.Classes = &classesView{Key: p.Key, Lowest: p.Lowest.Value}
-			for _, c := range p.Classes {
-				v.Classes.Ceilings = append(v.Classes.Ceilings, ceilingView{Value: c.Value, Ceiling: c.CeilingText(), Requests: c.Rule.Limit.CeilingRequests()})
-			}
-		}
-		out = append(out, v)
+		o = append(o, m)
 	}
-	return out
+	return append(append(o, extra...), children...)
+}
+
+// value renders one key's value: the model's objects in turn, a mapping
+// of a key's own as an object, anything else as it is.
+func (v renderer) value(x any) any {
+	switch x := x.(type) {
+	case *descriptors.Limit:
+		return v.object(x.Show(), member{"window", x.Window().String()})
+	case []*descriptors.Limit:
+		out := make([]any, len(x))
+		for i, l := range x {
+			out[i] = v.value(l)
+		}
+		return out
+	case []*descriptors.Rule:
+		out := make([]object, len(x))
+		for i, r := range x {
+			out[i] = v.rule(r)
+		}
+		return out
+	case []descriptors.KeyValue:
+		return v.object(x)
+	case [][]descriptors.KeyValue:
+		out := make([]object, len(x))
+		for i, kvs := range x {
+			out[i] = v.object(kvs)
+		}
+		return out
+	}
+	return x
+}
+
+// rule renders r with its name and line.
+func (v renderer) rule(r *descriptors.Rule) object {
+	name := strings.TrimPrefix(r.FullKey, v.domain+".")
+	if r.Limit != nil && r.Limit.Name != "" {
+		name = r.Limit.Name
+	}
+	return v.object(r.Show(), member{"rule", name}, member{"line", r.Line})
+}
+
+// object is a JSON object whose members keep their order.
+type object []member
+
+// member is one member of an object.
+type member struct {
+	key   string
+	value any
+}
+
+// MarshalJSON writes o's members in order.
+func (o object) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, err := json.Marshal(m.key)
+		if err != nil {
+			return nil, err
+		}
+		val, err := json.Marshal(m.value)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.key, err)
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(val)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }

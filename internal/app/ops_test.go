@@ -167,8 +167,8 @@ func TestConfigShowsRules(t *testing.T) {
 		Rules         []configView `json:"rules"`
 	}
 	getJSON(t, "http://"+srv.httpLn.Addr().String()+"/config", &out)
-	if len(out.ConfigVersion) != 12 || out.ConfigVersion != configVersion(srv.core.Config()) || out.Version == "" {
-		t.Errorf("/config config_version = %q, version %q; want the 12 hex digits of configVersion and the binary's", out.ConfigVersion, out.Version)
+	if len(out.ConfigVersion) != 12 || out.ConfigVersion != srv.core.Config().Version() || out.Version == "" {
+		t.Errorf("/config config_version = %q, version %q; want the 12 hex digits of the config's Version and the binary's", out.ConfigVersion, out.Version)
 	}
 	// config/: algorithms.yaml and edge.yaml, by domain.
 	if len(out.Rules) != 2 || out.Rules[0].Domain != "algorithms" || out.Rules[1].Domain != "edge" || out.Rules[1].File != "../../config/edge.yaml" {
@@ -376,7 +376,7 @@ func TestPageStatusOfXDS(t *testing.T) {
 	cs := source.NewState(prometheus.NewRegistry(), &configHolder{}, src, zap.NewNop())
 	cs.Load()
 	st := newConfigPage(cs, nil).pageStatus()
-	if st.Source != "xds: envoy-gateway:18001 as node envoy-ratelimit (disconnected)" || st.Version != "v7 (rules "+configVersion(cfg)+")" {
+	if st.Source != "xds: envoy-gateway:18001 as node envoy-ratelimit (disconnected)" || st.Version != "v7 (rules "+cfg.Version()+")" {
 		t.Errorf("page status = %+v", st)
 	}
 }

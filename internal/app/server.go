@@ -207,7 +207,7 @@ func (srv *server) recovery() []grpc.ServerOption {
 // replicas that were added since.
 func (srv *server) newGRPC() error {
 	s := srv.set
-	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rlqs.Codec(rls.Codec())), grpc.MaxRecvMsgSize(s.MaxRequestBytes),
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(rlqs.Codec(rls.Codec())), grpc.MaxRecvMsgSize(s.MaxRequestBytes), rlqs.TagConnections(),
 		grpc.NumStreamWorkers(grpcStreamWorkers), grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
 			MaxConnectionAge: ageOrInfinity(s.GRPCMaxAge), MaxConnectionAgeGrace: ageOrInfinity(s.GRPCMaxAgeGrace)})}
 	if s.GRPCTLSCert != "" {

@@ -81,6 +81,8 @@ func (srv *server) newQuota() error {
 		MaxStreams:      r.MaxStreams,
 		MaxEntries:      s.MaxEntries,
 		MaxKeyBytes:     s.MaxKeyBytes,
+
+		MaxStreamsPerConnection: r.MaxStreamsPerConnection,
 	})
 	return nil
 }

@@ -37,7 +37,7 @@ func (srv *server) openStore() error {
 			WriteTimeout:                set.RedisWrite,
 			CallTimeout:                 set.StoreTimeout,
 			CallsInFlight:               set.RedisInFlight,
-			LeaseRate:                   leaseRate(set.RedisLeaseRate),
+			LeaseRate:                   float64(set.RedisLeaseRate),
 			LeaseSpan:                   set.RedisLeaseSpan,
 			Prefix:                      set.RedisPrefix,
 			TLSCAFile:                   set.RedisTLSCA,
@@ -113,13 +113,4 @@ func tlsSetting(set *settings.Settings) string {
 		}
 	}
 	return ""
-}
-
-// leaseRate maps --redis-lease-rate (0: off) to redis.Settings.LeaseRate
-// (0: the default, negative: off).
-func leaseRate(r int) float64 {
-	if r == 0 {
-		return -1
-	}
-	return float64(r)
 }

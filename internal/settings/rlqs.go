@@ -2,6 +2,7 @@ package settings
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/rlqs"
@@ -16,21 +17,24 @@ type RLQSSettings struct {
 	Unmatched     string
 	MaxBuckets    int
 	// MaxTotalBuckets and MaxStreams bound the quota service's memory
-	// whatever the number of Envoys.
-	MaxTotalBuckets int
-	MaxStreams      int
+	// whatever the number of Envoys; MaxStreamsPerConnection keeps one
+	// client from taking every stream.
+	MaxTotalBuckets         int
+	MaxStreams              int
+	MaxStreamsPerConnection int
 }
 
 // table lists the quota service's flags, appended to the settings table.
 func (r *RLQSSettings) table() []setting {
 	return []setting{
-		{"rlqs-assignment-ttl", "quota streams (RLQS): lifetime of each assignment, whole seconds, longer than Envoy's reporting_interval; an Envoy that stops reporting keeps its share this long", "10s", &r.AssignmentTTL},
-		{"rlqs-burst", "quota streams: how much of its share an Envoy may admit at once, as time at the share's rate (the token bucket's max_tokens)", "1s", &r.Burst},
-		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long", "1m", &r.Idle},
+		{"rlqs-assignment-ttl", "quota streams (RLQS): lifetime of each assignment, whole seconds, longer than Envoy's reporting_interval; an Envoy that stops reporting keeps its share this long", durationText(rlqs.DefaultAssignmentTTL), &r.AssignmentTTL},
+		{"rlqs-burst", "quota streams: how much of its share an Envoy may admit at once, as time at the share's rate (the token bucket's max_tokens)", durationText(rlqs.DefaultBurst), &r.Burst},
+		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long", durationText(rlqs.DefaultIdleAfter), &r.Idle},
 		{"rlqs-unmatched", "quota streams: what a bucket matching no rule is assigned: allow (ALLOW_ALL) or deny (DENY_ALL)", "allow", &r.Unmatched},
-		{"rlqs-max-buckets", "quota streams: most buckets tracked per stream; the rest are answered by the failure mode", "10000", &r.MaxBuckets},
-		{"rlqs-max-total-buckets", "quota streams: most buckets tracked by all streams together (about 1.1 KB each); new ones past it are answered by the failure mode", "50000", &r.MaxTotalBuckets},
-		{"rlqs-max-streams", "quota streams: most streams open at once (about 30 KB each); one past it ends with RESOURCE_EXHAUSTED", "500", &r.MaxStreams},
+		{"rlqs-max-buckets", "quota streams: most buckets tracked per stream; a new one past it replaces the longest idle, else shares its rule's overflow limit, untracked", strconv.Itoa(rlqs.DefaultMaxBuckets), &r.MaxBuckets},
+		{"rlqs-max-total-buckets", "quota streams: most buckets tracked by all streams together (about 1.1 KB each); past it as past --rlqs-max-buckets", strconv.Itoa(rlqs.DefaultMaxTotalBuckets), &r.MaxTotalBuckets},
+		{"rlqs-max-streams", "quota streams: most streams open at once (about 30 KB each); one past it ends with RESOURCE_EXHAUSTED", strconv.Itoa(rlqs.DefaultMaxStreams), &r.MaxStreams},
+		{"rlqs-max-streams-per-connection", "quota streams: most streams open at once on one client connection (an Envoy opens one per rate_limit_quota filter); one past it ends with RESOURCE_EXHAUSTED", strconv.Itoa(rlqs.DefaultMaxStreamsPerConnection), &r.MaxStreamsPerConnection},
 	}
 }
 
@@ -56,6 +60,9 @@ func (r *RLQSSettings) validate() error {
 	}
 	if r.MaxStreams < 1 {
 		return fmt.Errorf("--rlqs-max-streams: %d must be at least 1", r.MaxStreams)
+	}
+	if r.MaxStreamsPerConnection < 1 {
+		return fmt.Errorf("--rlqs-max-streams-per-connection: %d must be at least 1", r.MaxStreamsPerConnection)
 	}
 	return nil
 }

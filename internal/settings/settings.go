@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/descriptors"
+	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
+	"github.com/sluicehq/sluice/pkg/redis"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
 
@@ -146,13 +149,13 @@ func (s *Settings) table() []setting {
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
 		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
 		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); script calls use --redis-calls-in-flight of them, the rest serve refunds, lease give-backs and probes", "0", &s.RedisPoolSize},
-		{"redis-calls-in-flight", "most script calls in flight per Redis node: the decisions that arrive meanwhile share the next call (raise it when Redis's round trip is much longer than a call)", "1", &s.RedisInFlight},
-		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", "200", &s.RedisLeaseRate},
-		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains); a longer span saves calls but lets one instance hold more of the limit, up to 1s", "50ms", &s.RedisLeaseSpan},
-		{"redis-dial-timeout", "timeout to open one Redis connection", "1s", &s.RedisDial},
-		{"redis-read-timeout", "timeout of one Redis socket read (so also the longest a --store-timeout can wait for Redis)", "500ms", &s.RedisRead},
-		{"redis-write-timeout", "timeout of one Redis socket write", "500ms", &s.RedisWrite},
-		{"redis-prefix", "prefix of every Redis key Sluice writes", "sluice:", &s.RedisPrefix},
+		{"redis-calls-in-flight", "most script calls in flight per Redis node: the decisions that arrive meanwhile share the next call (raise it when Redis's round trip is much longer than a call)", strconv.Itoa(redis.DefaultCallsInFlight), &s.RedisInFlight},
+		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", strconv.Itoa(redis.DefaultLeaseRate), &s.RedisLeaseRate},
+		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains); a longer span saves calls but lets one instance hold more of the limit, up to 1s", durationText(redis.DefaultLeaseSpan), &s.RedisLeaseSpan},
+		{"redis-dial-timeout", "timeout to open one Redis connection", durationText(redis.DefaultDialTimeout), &s.RedisDial},
+		{"redis-read-timeout", "timeout of one Redis socket read (so also the longest a --store-timeout can wait for Redis)", durationText(redis.DefaultReadTimeout), &s.RedisRead},
+		{"redis-write-timeout", "timeout of one Redis socket write", durationText(redis.DefaultWriteTimeout), &s.RedisWrite},
+		{"redis-prefix", "prefix of every Redis key Sluice writes", redis.DefaultPrefix, &s.RedisPrefix},
 		{"redis-tls-ca", "PEM file of CAs for rediss:// (default: system roots)", "", &s.RedisTLSCA},
 		{"redis-tls-cert", "PEM client certificate for Redis TLS (with --redis-tls-key)", "", &s.RedisTLSCert},
 		{"redis-tls-key", "PEM private key of --redis-tls-cert", "", &s.RedisTLSKey},
@@ -161,7 +164,7 @@ func (s *Settings) table() []setting {
 		{"over-limit-cache", "Redis store: answer a repeated denied request locally until its Retry-After (exact; saves Redis calls under abuse)", "true", &s.OverLimitCache},
 		{"reload-debounce", "wait after the last config change before reloading (at most 4x this after the first change, so a config rewritten without pause still reloads)", "250ms", &s.ReloadDebounce},
 		{"health-interval", "how often readiness checks the store", "1s", &s.HealthInterval},
-		{"near-limit-ratio", "share of a limit above which admitted hits count as near limit (metrics)", "0.8", &s.NearLimitRatio},
+		{"near-limit-ratio", "share of a limit above which admitted hits count as near limit (metrics)", strconv.FormatFloat(ratelimit.DefaultNearLimitRatio, 'g', -1, 64), &s.NearLimitRatio},
 		{"log-level", "debug, info, warn or error", "info", &s.LogLevel},
 		{"log-format", "json, console, or auto (console on a terminal, else json)", "auto", &s.LogFormat},
 		{"response-headers", "headers for Envoy to add: draft, compat, draft,compat or none", "draft", &s.ResponseHeaders},
@@ -171,10 +174,10 @@ func (s *Settings) table() []setting {
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
 		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},
-		{"store-timeout", "deadline of every store call (under Envoy's 20ms filter timeout; a Redis reply also ends at --redis-read-timeout)", "15ms", &s.StoreTimeout},
+		{"store-timeout", "deadline of every store call (under Envoy's 20ms filter timeout; a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
 		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
 		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
-		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", "131072", &s.MaxCounters},
+		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", strconv.Itoa(limiter.DefaultMaxCounters), &s.MaxCounters},
 		{"max-descriptors", "most descriptors in one request", strconv.Itoa(rls.DefaultMaxDescriptors), &s.MaxDescriptors},
 		{"max-entries", "most entries in one descriptor", strconv.Itoa(rls.DefaultMaxEntries), &s.MaxEntries},
 		{"max-key-bytes", "longest entry key, in bytes", strconv.Itoa(rls.DefaultMaxKeyBytes), &s.MaxKeyBytes},
@@ -197,6 +200,20 @@ func (s *Settings) table() []setting {
 // the quota service's (rlqs.go).
 func (s *Settings) allSettings() []setting {
 	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
+}
+
+// durationText is a default duration as the settings table writes it:
+// Go's duration text without zero minutes and seconds ("1m", "24h",
+// "1h30m", "50ms"), as an operator would type it.
+func durationText(d time.Duration) string {
+	t := d.String()
+	if strings.HasSuffix(t, "m0s") {
+		t = strings.TrimSuffix(t, "0s")
+	}
+	if strings.HasSuffix(t, "h0m") {
+		t = strings.TrimSuffix(t, "0m")
+	}
+	return t
 }
 
 // defaultCompatNames is the default of --compat-header-names.

@@ -59,6 +59,7 @@ func TestSettings(t *testing.T) {
 		{[]string{"--rlqs-max-buckets", "0"}, nil, `--rlqs-max-buckets: 0 must be at least 1`},
 		{[]string{"--rlqs-max-total-buckets", "0"}, nil, `--rlqs-max-total-buckets: 0 must be at least 1`},
 		{[]string{"--rlqs-max-streams", "-1"}, nil, `--rlqs-max-streams: -1 must be at least 1`},
+		{nil, map[string]string{"SLUICE_RLQS_MAX_STREAMS_PER_CONNECTION": "0"}, `--rlqs-max-streams-per-connection: 0 must be at least 1`},
 		{[]string{"--redis-pool-size", "99999999999"}, nil, `--redis-pool-size: 99999999999 must be 0 (the default) to 10000`},
 		{nil, map[string]string{"SLUICE_REDIS_POOL_SIZE": "3000000000"}, `--redis-pool-size: 3000000000 must be 0 (the default) to 10000`},
 		{[]string{"--redis-pool-size", "1", "--redis-calls-in-flight", "4"}, nil, `--redis-pool-size: 1 must be more than --redis-calls-in-flight (4): the rest serve refunds, lease give-backs and probes`},

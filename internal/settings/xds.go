@@ -46,8 +46,8 @@ func (x *XDSSettings) table() []setting {
 		{"xds-tls-cert", "PEM client certificate for the xDS server (with --xds-tls-key; Envoy Gateway requires one)", "", &x.TLSCert},
 		{"xds-tls-key", "PEM private key of --xds-tls-cert", "", &x.TLSKey},
 		{"xds-tls-server-name", "name the xDS server's certificate must hold (default: the host of --xds-server)", "", &x.TLSServerName},
-		{"xds-backoff-initial", "first wait before reconnecting to the xDS server; doubles up to --xds-backoff-max", "500ms", &x.BackoffInitial},
-		{"xds-backoff-max", "longest wait between two xDS connection attempts (before jitter)", "30s", &x.BackoffMax},
+		{"xds-backoff-initial", "first wait before reconnecting to the xDS server; doubles up to --xds-backoff-max", durationText(xdsconfig.DefaultBackoffInitial), &x.BackoffInitial},
+		{"xds-backoff-max", "longest wait between two xDS connection attempts (before jitter)", durationText(xdsconfig.DefaultBackoffMax), &x.BackoffMax},
 		{"xds-backoff-jitter", "spread of each wait, from 0 to 1: 0.5 waits 50% to 150% of the step", "0.5", &x.BackoffJitter},
 		{"xds-max-msg-bytes", "largest xDS response accepted, in bytes", "4194304", &x.MaxMsgBytes},
 	}

@@ -59,18 +59,22 @@ func (f *fileSource) Load(deliver Deliver) bool {
 	return f.loadFirst(deliver, firstLoadWait)
 }
 
-// load loads the files and delivers the outcome, unless no file changed
-// since the last load (an event about a log file beside the config, a
-// touch). It reports whether it loaded.
+// load reads the files and, unless no file changed since the last load
+// (an event about a log file beside the config, a touch), builds what it
+// read and delivers the outcome. Each file is read once: the bytes compared
+// are the bytes built, so a file rewritten meanwhile cannot leave a config
+// in force that the fingerprint does not describe. It reports whether it
+// loaded.
 func (f *fileSource) load(deliver Deliver) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fp := f.fingerprint()
+	set := f.sel.Read(f.path)
+	fp := fingerprint(set)
 	if f.fpSet && fp == f.fp {
 		return false
 	}
 	f.fp, f.fpSet = fp, true
-	deliver(f.sel.Load(f.path))
+	deliver(set.Build())
 	return true
 }
 
@@ -105,23 +109,18 @@ func (f *fileSource) loadFirst(deliver Deliver, wait time.Duration) bool {
 	}
 }
 
-// fingerprint hashes what a load reads: the names and contents of the files
-// that the load's own selection picks, read as the load reads them (no
-// pipe or device, nothing past the size limit). Unreadable files and paths
-// hash their error, so a change there counts.
-func (f *fileSource) fingerprint() [sha256.Size]byte {
+// fingerprint hashes what a load read: the names and contents of the files
+// that its selection picked, read as a load reads them (no pipe or device,
+// nothing past the size limit), and the paths and files it could not read
+// with their errors, so that a change there counts.
+func fingerprint(set *descriptors.FileSet) [sha256.Size]byte {
 	h := sha256.New()
-	names, err := f.sel.Files(f.path)
-	if err != nil {
+	for _, err := range set.Problems() {
 		fmt.Fprintf(h, "error %v\x00", err)
 	}
-	for _, name := range names {
-		data, err := f.sel.ReadFile(name)
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
-		h.Write(data)
-		if err != nil {
-			fmt.Fprintf(h, "error %v\x00", err)
-		}
+	for _, file := range set.Files {
+		fmt.Fprintf(h, "%s\x00%d\x00", file.Name, len(file.Data))
+		h.Write(file.Data)
 	}
 	var out [sha256.Size]byte
 	h.Sum(out[:0])

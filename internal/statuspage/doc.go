@@ -16,5 +16,5 @@
 //     external fetch, works offline) and the JSON it polls, /ui/api.
 //
 // It imports pkg/ratelimit, pkg/descriptors and pkg/limiter, and nothing of
-// Envoy or gRPC; cmd/server wires it into the HTTP listener.
+// Envoy or gRPC; internal/app wires it into the HTTP listener.
 package statuspage

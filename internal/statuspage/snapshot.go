@@ -19,7 +19,7 @@ const (
 )
 
 // ConfigStatus is what the page shows of the config in force: where it came
-// from and when. cmd/server fills it from its config source.
+// from and when. internal/app fills it from its config source.
 type ConfigStatus struct {
 	// Source says where the config comes from, e.g. "files: config/edge.yaml".
 	Source string `json:"source"`

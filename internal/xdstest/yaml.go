@@ -2,6 +2,7 @@ package xdstest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,92 +10,126 @@ import (
 	"strings"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
-// The YAML of a RateLimitConfig as Envoy Gateway's translator tests write
-// it (envoyproxy/ratelimit's YAML shapes, with name): every field a
-// generated config holds, null and empty ones included.
-type yamlConfig struct {
-	Name        string           `yaml:"name"`
-	Domain      string           `yaml:"domain"`
-	Descriptors []yamlDescriptor `yaml:"descriptors"`
-}
-
-type yamlDescriptor struct {
-	Key            string           `yaml:"key"`
-	Value          string           `yaml:"value"`
-	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
-	Descriptors    []yamlDescriptor `yaml:"descriptors"`
-	ShadowMode     bool             `yaml:"shadow_mode"`
-	QuotaMode      bool             `yaml:"quota_mode"`
-	DetailedMetric bool             `yaml:"detailed_metric"`
-	ValueToMetric  bool             `yaml:"value_to_metric"`
-	ShareThreshold bool             `yaml:"share_threshold"`
-}
-
-type yamlRateLimit struct {
-	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
-	Unit            string `yaml:"unit"`
-	Unlimited       bool   `yaml:"unlimited"`
-	Name            string `yaml:"name"`
-	Replaces        []struct {
-		Name string `yaml:"name"`
-	} `yaml:"replaces"`
-}
-
 // ReadYAML reads the RateLimitConfig resources of one file of Envoy
-// Gateway's translator output: one per YAML document. It refuses an
-// unknown key, a unit the proto has no value for, and a flag the proto
-// cannot carry (quota_mode, value_to_metric, share_threshold) set true.
+// Gateway's translator output: one per YAML document, in the proto's own
+// JSON mapping (protojson), so that it reads every field the proto has.
+// Envoy Gateway writes every field of a newer proto, zero ones included:
+// a key of the descriptor format that this proto has no field for
+// (descriptors.Schema: quota_mode, value_to_metric, share_threshold) is
+// dropped when it holds its zero value and refused when it is set. Any
+// other unknown key, and a unit the proto has no value for, are refused;
+// a unit is read in any case ("minute").
 func ReadYAML(path string) ([]*rlsconfv3.RateLimitConfig, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var out []*rlsconfv3.RateLimitConfig
 	for i := 0; ; i++ {
-		var y yamlConfig
-		if err := dec.Decode(&y); errors.Is(err, io.EOF) {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
 		}
-		ds, err := protoDescriptors(y.Descriptors, "descriptors")
+		rc := new(rlsconfv3.RateLimitConfig)
+		if err := fit(doc, rc.ProtoReflect().Descriptor(), ""); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+		}
+		js, err := json.Marshal(doc)
+		if err == nil {
+			err = protojson.Unmarshal(js, rc)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
 		}
-		out = append(out, &rlsconfv3.RateLimitConfig{Name: y.Name, Domain: y.Domain, Descriptors: ds})
+		out = append(out, rc)
 	}
 	return out, nil
 }
 
-func protoDescriptors(ys []yamlDescriptor, path string) ([]*rlsconfv3.RateLimitDescriptor, error) {
-	var out []*rlsconfv3.RateLimitDescriptor
-	for i, y := range ys {
-		at := fmt.Sprintf("%s[%d]", path, i)
-		if y.QuotaMode || y.ValueToMetric || y.ShareThreshold {
-			return nil, fmt.Errorf("%s: quota_mode, value_to_metric or share_threshold set: the RateLimitConfig proto has no such field", at)
-		}
-		d := &rlsconfv3.RateLimitDescriptor{Key: y.Key, Value: y.Value, ShadowMode: y.ShadowMode, DetailedMetric: y.DetailedMetric}
-		if rl := y.RateLimit; rl != nil {
-			unit, ok := rlsconfv3.RateLimitUnit_value[strings.ToUpper(rl.Unit)]
-			if !ok && rl.Unit != "" {
-				return nil, fmt.Errorf("%s.rate_limit.unit: %q is no RateLimitUnit", at, rl.Unit)
+// fit makes m, a mapping that holds the message md, fit the proto: it
+// drops the keys of the format that md lacks and that hold their zero
+// value (refusing one that is set), upper-cases enum names, and does the
+// same in the messages below. protojson refuses what is left that md does
+// not know.
+func fit(m map[string]any, md protoreflect.MessageDescriptor, path string) error {
+	for key, v := range m {
+		at := strings.TrimPrefix(path+"."+key, ".")
+		f := md.Fields().ByName(protoreflect.Name(key))
+		switch {
+		case f == nil && formatKey(md, key) && zero(v):
+			delete(m, key)
+		case f == nil && formatKey(md, key):
+			return fmt.Errorf("%s: set to %v, but the RateLimitConfig proto has no such field", at, v)
+		case f == nil:
+		case f.Kind() == protoreflect.EnumKind:
+			if s, ok := v.(string); ok {
+				m[key] = strings.ToUpper(s)
 			}
-			d.RateLimit = &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit(unit), RequestsPerUnit: rl.RequestsPerUnit,
-				Unlimited: rl.Unlimited, Name: rl.Name}
-			for _, r := range rl.Replaces {
-				d.RateLimit.Replaces = append(d.RateLimit.Replaces, &rlsconfv3.RateLimitReplace{Name: r.Name})
+		case f.Kind() == protoreflect.MessageKind:
+			if err := fitMessages(v, f.Message(), at); err != nil {
+				return err
 			}
 		}
-		var err error
-		if d.Descriptors, err = protoDescriptors(y.Descriptors, at+".descriptors"); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
 	}
-	return out, nil
+	return nil
+}
+
+// fitMessages fits v, a mapping or a list of them that hold md.
+func fitMessages(v any, md protoreflect.MessageDescriptor, path string) error {
+	switch v := v.(type) {
+	case map[string]any:
+		return fit(v, md, path)
+	case []any:
+		for i, item := range v {
+			if m, ok := item.(map[string]any); ok {
+				if err := fit(m, md, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// formatKey reports whether key is a key of the format in the mapping that
+// md is (descriptors.Schema).
+func formatKey(md protoreflect.MessageDescriptor, key string) bool {
+	for _, k := range descriptors.Schema() {
+		if k.Name == key && k.Level.XDSMessage() == string(md.Name()) {
+			return true
+		}
+	}
+	return false
+}
+
+// zero reports whether a decoded YAML value is its type's zero: null,
+// false, 0, "" or empty.
+func zero(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !v
+	case int:
+		return v == 0
+	case float64:
+		return v == 0
+	case string:
+		return v == ""
+	case []any:
+		return len(v) == 0
+	case map[string]any:
+		return len(v) == 0
+	}
+	return false
 }

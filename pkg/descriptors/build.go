@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -96,6 +97,7 @@ func build(docs []*Document, errs []*Error) (*Config, error) {
 	slices.SortFunc(c.sorted, func(a, b *Domain) int { return cmp.Compare(a.Name, b.Name) })
 	slices.Sort(c.Files)
 	c.Warnings = asErrors(sortErrors(warns))
+	c.version = sync.OnceValue(c.fingerprint)
 	return c, nil
 }
 
@@ -253,9 +255,11 @@ func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int)
 	copy(r.Lineage, lineage)
 	r.Lineage[len(lineage)] = r
 
-	r.ShadowMode, r.QuotaMode, r.DetailedMetric = n.ShadowMode, n.QuotaMode, n.DetailedMetric
-	r.ValueToMetric, r.ShareThreshold = n.ValueToMetric, n.ShareThreshold
-	r.Metadata = n.Metadata
+	for _, k := range schema {
+		if k.buildRule != nil {
+			k.buildRule(b, n, r, path)
+		}
+	}
 	if n.RateLimit != nil {
 		r.Limit, r.Unlimited = b.rateLimit(n.RateLimit, path+".rate_limit")
 		if r.Limit != nil {
@@ -302,29 +306,27 @@ func (b *builder) rateLimit(rl *RateLimitNode, path string) (*Limit, bool) {
 	return l, false
 }
 
-// unlimited reports the fields that make no sense on an unlimited limit.
+// unlimited reports the keys of rl that make no sense on an unlimited
+// limit: those that configure counting (every key of a rate_limit whose
+// KeySpec does not say otherwise).
 func (b *builder) unlimited(rl *RateLimitNode, path string, replaces bool) {
-	for _, f := range []struct {
-		key   string
-		state FieldState
-		pos   Pos
-	}{
-		{"unit", state(b, rl.Unit, path+".unit"), rl.Unit.KeyPos},
-		{"requests_per_unit", state(b, rl.RequestsPerUnit, path+".requests_per_unit"), rl.RequestsPerUnit.KeyPos},
-		{"unit_multiplier", state(b, rl.UnitMultiplier, path+".unit_multiplier"), rl.UnitMultiplier.KeyPos},
-		{"algorithm", state(b, rl.Algorithm, path+".algorithm"), rl.Algorithm.KeyPos},
-		{"burst", state(b, rl.Burst, path+".burst"), rl.Burst.KeyPos},
-		{"sub_windows", state(b, rl.SubWindows, path+".sub_windows"), rl.SubWindows.KeyPos},
-		{"overdraw", state(b, rl.Overdraw, path+".overdraw"), rl.Overdraw.KeyPos},
-	} {
-		switch {
-		case f.state != FieldSet:
-		case f.key == "requests_per_unit" || f.key == "unit_multiplier":
-			// envoyproxy/ratelimit loads these beside unlimited (it refuses
-			// only a unit), so a config it runs must load: only warn.
-			b.warnAt(f.pos, path+"."+f.key, "%s with unlimited: true has no effect (an unlimited limit counts nothing)", f.key)
+	for _, k := range schema {
+		if k.rl.given == nil || k.unlimited == unlimitedFits {
+			continue
+		}
+		f, kpath := k.rl.given(rl), path+"."+k.Name
+		switch f.State {
+		case FieldAbsent:
+		case FieldSet:
+			if k.unlimited == unlimitedWarns {
+				// envoyproxy/ratelimit loads these beside unlimited (it
+				// refuses only a unit), so a config it runs must load.
+				b.warnAt(f.KeyPos, kpath, "%s with unlimited: true has no effect (an unlimited limit counts nothing)", k.Name)
+			} else {
+				b.errorAt(f.KeyPos, kpath, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", k.Name)
+			}
 		default:
-			b.errorAt(f.pos, path+"."+f.key, "%s with unlimited: true (an unlimited limit counts nothing; remove one of them)", f.key)
+			b.undecoded(f.Pos, kpath)
 		}
 	}
 	if replaces {
@@ -378,48 +380,15 @@ func (b *builder) limit(rl *RateLimitNode, path string, l *Limit) {
 	b.parameters(rl, path, l, len(b.errs) == errs)
 }
 
-// parameters fills and checks the algorithm parameters of l from rl: burst,
-// sub_windows (DefaultSubWindows when unset), the sliding log's cap and the
-// token bucket's precision, these last only when the limit so far is clean.
-// l's algorithm is known.
+// parameters fills and checks the algorithm parameters of l from rl (the
+// keys of a rate_limit with a buildLimit: burst, sub_windows, overdraw),
+// then the sliding log's cap and the token bucket's precision, these last
+// only when the limit so far is clean. l's algorithm is known.
 func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean bool) {
 	errs := len(b.errs)
-	if f := rl.Burst; state(b, f, path+".burst") == FieldSet {
-		switch {
-		case !l.Algorithm.Traits().Burst:
-			b.errorAt(f.KeyPos, path+".burst", "burst with algorithm %s (only %s a burst)", l.Algorithm,
-				algorithmsWith(func(t limiter.Traits) bool { return t.Burst }))
-		case f.Value < 1:
-			b.errorAt(f.Pos, path+".burst", "want an integer from 1 to %d, got the integer 0", uint64(math.MaxUint32))
-		case rl.RequestsPerUnit.State == FieldSet && l.RequestsPerUnit == 0:
-			b.errorAt(f.KeyPos, path+".burst", "burst with requests_per_unit: 0 (a bucket that never refills; remove burst to deny every hit)")
-		default:
-			l.Burst = f.Value
-		}
-	}
-	if f := rl.SubWindows; state(b, f, path+".sub_windows") == FieldSet {
-		w := l.Window().Milliseconds()
-		switch {
-		case !l.Algorithm.Traits().SubWindows:
-			b.errorAt(f.KeyPos, path+".sub_windows", "sub_windows with algorithm %s (only %s sub-windows)", l.Algorithm,
-				algorithmsWith(func(t limiter.Traits) bool { return t.SubWindows }))
-		case f.Value < 1 || f.Value > limiter.MaxSubWindows:
-			b.errorAt(f.Pos, path+".sub_windows", "want an integer from 1 to %d, got the integer %d", limiter.MaxSubWindows, f.Value)
-		case l.Unit != UnitUnknown && w%int64(f.Value) != 0:
-			b.errorAt(f.Pos, path+".sub_windows", "%d does not divide the window (%d ms) into whole milliseconds", f.Value, w)
-		default:
-			l.SubWindows = uint8(f.Value)
-		}
-	} else if l.Algorithm.Traits().SubWindows {
-		l.SubWindows = limiter.DefaultSubWindows // divides every whole second
-	}
-	if f := rl.Overdraw; state(b, f, path+".overdraw") == FieldSet {
-		if f.Value && !l.Algorithm.Traits().Overdraw {
-			b.errorAt(f.KeyPos, path+".overdraw", "overdraw with algorithm %s (it keeps one entry per admitted hit; overdraw needs %s)", l.Algorithm,
-				choices(algorithmNames(func(t limiter.Traits) bool { return t.Overdraw })))
-		} else {
-			v := f.Value
-			l.Overdraw = &v
+	for _, k := range schema {
+		if k.buildLimit != nil {
+			k.buildLimit(b, rl, l, path)
 		}
 	}
 	if l.Unit == UnitUnknown || !clean || len(b.errs) > errs {
@@ -433,6 +402,66 @@ func (b *builder) parameters(rl *RateLimitNode, path string, l *Limit, clean boo
 	default:
 		b.errorAt(rl.Pos, path, "%s", strings.TrimPrefix(err.Error(), "limiter: "))
 	}
+}
+
+// burst fills l.Burst from rl's burst at path: a capacity for an algorithm
+// that takes one, of 1 or more, and not on a bucket that never refills.
+func (b *builder) burst(rl *RateLimitNode, l *Limit, path string) {
+	f := rl.Burst
+	if state(b, f, path+".burst") != FieldSet {
+		return
+	}
+	switch {
+	case !l.Algorithm.Traits().Burst:
+		b.errorAt(f.KeyPos, path+".burst", "burst with algorithm %s (only %s a burst)", l.Algorithm,
+			algorithmsWith(func(t limiter.Traits) bool { return t.Burst }))
+	case f.Value < 1:
+		b.errorAt(f.Pos, path+".burst", "want an integer from 1 to %d, got the integer 0", uint64(math.MaxUint32))
+	case rl.RequestsPerUnit.State == FieldSet && l.RequestsPerUnit == 0:
+		b.errorAt(f.KeyPos, path+".burst", "burst with requests_per_unit: 0 (a bucket that never refills; remove burst to deny every hit)")
+	default:
+		l.Burst = f.Value
+	}
+}
+
+// subWindows fills l.SubWindows from rl's sub_windows at path, for an
+// algorithm of sub-windows: DefaultSubWindows when unset.
+func (b *builder) subWindows(rl *RateLimitNode, l *Limit, path string) {
+	f := rl.SubWindows
+	if state(b, f, path+".sub_windows") != FieldSet {
+		if l.Algorithm.Traits().SubWindows {
+			l.SubWindows = limiter.DefaultSubWindows // divides every whole second
+		}
+		return
+	}
+	w := l.Window().Milliseconds()
+	switch {
+	case !l.Algorithm.Traits().SubWindows:
+		b.errorAt(f.KeyPos, path+".sub_windows", "sub_windows with algorithm %s (only %s sub-windows)", l.Algorithm,
+			algorithmsWith(func(t limiter.Traits) bool { return t.SubWindows }))
+	case f.Value < 1 || f.Value > limiter.MaxSubWindows:
+		b.errorAt(f.Pos, path+".sub_windows", "want an integer from 1 to %d, got the integer %d", limiter.MaxSubWindows, f.Value)
+	case l.Unit != UnitUnknown && w%int64(f.Value) != 0:
+		b.errorAt(f.Pos, path+".sub_windows", "%d does not divide the window (%d ms) into whole milliseconds", f.Value, w)
+	default:
+		l.SubWindows = uint8(f.Value)
+	}
+}
+
+// overdraw fills l.Overdraw from rl's overdraw at path (nil when unset),
+// refusing true for an algorithm that cannot overdraw.
+func (b *builder) overdraw(rl *RateLimitNode, l *Limit, path string) {
+	f := rl.Overdraw
+	if state(b, f, path+".overdraw") != FieldSet {
+		return
+	}
+	if f.Value && !l.Algorithm.Traits().Overdraw {
+		b.errorAt(f.KeyPos, path+".overdraw", "overdraw with algorithm %s (it keeps one entry per admitted hit; overdraw needs %s)", l.Algorithm,
+			choices(algorithmNames(func(t limiter.Traits) bool { return t.Overdraw })))
+		return
+	}
+	v := f.Value
+	l.Overdraw = &v
 }
 
 // rateLimitList builds rate_limits at path: each item a limit of its own

@@ -18,7 +18,8 @@ type Config struct {
 	Warnings []error
 
 	domains map[string]*Domain
-	sorted  []*Domain // by Name
+	sorted  []*Domain     // by Name
+	version func() string // Version, computed once
 }
 
 // Domain is the descriptor tree of one domain (one config file).

@@ -13,13 +13,10 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The keys each mapping may hold, in the order error messages list them.
+// The keys of the mappings that belong to one key of the format (the
+// format's own mappings' keys are in schema.go), in the order error
+// messages list them.
 var (
-	fileKeys       = []string{"domain", "descriptors", "failure_mode"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
-		"detailed_metric", "value_to_metric", "share_threshold", "metadata", "classes"}
-	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"unit_multiplier", "algorithm", "burst", "sub_windows", "overdraw"}
 	replacesKeys = []string{"name"}
 	classesKeys  = []string{"key", "ceilings"}
 	ceilingKeys  = []string{"value", "ceiling"}
@@ -208,11 +205,7 @@ func (p *decoder) decodeFile(data []byte) *Document {
 		return nil
 	}
 	d := &Document{File: p.file, Pos: posOf(m.node)}
-	d.Domain = get(p, m, "domain", "", p.str)
-	d.FailureMode = get(p, m, "failure_mode", "", p.str)
-	if f, ok := m.fields["descriptors"]; ok {
-		d.Descriptors = p.descriptors(f.val, "descriptors", 1)
-	}
+	decodeKeys(p, m, "", 0, d, func(k KeySpec) source[*Document] { return k.doc })
 	return d
 }
 
@@ -254,37 +247,7 @@ func (p *decoder) node(n *yaml.Node, path string, depth int) *Node {
 		return nil
 	}
 	nd := &Node{Pos: posOf(n)}
-	nd.Key = get(p, m, "key", path, p.str)
-	nd.Value = get(p, m, "value", path, p.str)
-	for _, flag := range []struct {
-		key string
-		dst *bool
-	}{
-		{"shadow_mode", &nd.ShadowMode},
-		{"quota_mode", &nd.QuotaMode},
-		{"detailed_metric", &nd.DetailedMetric},
-		{"value_to_metric", &nd.ValueToMetric},
-		{"share_threshold", &nd.ShareThreshold},
-	} {
-		if f, ok := m.fields[flag.key]; ok {
-			*flag.dst, _ = p.boolean(f, path+"."+flag.key)
-		}
-	}
-	if f, ok := m.fields["metadata"]; ok {
-		nd.Metadata = p.metadata(f.val, path+".metadata")
-	}
-	if f, ok := m.fields["rate_limit"]; ok {
-		nd.RateLimit = p.rateLimit(f.val, path+".rate_limit", depth)
-	}
-	nd.RateLimits = get(p, m, "rate_limits", path, func(f field, path string) ([]*RateLimitNode, bool) {
-		return p.rateLimits(f.val, path, depth)
-	})
-	if f, ok := m.fields["classes"]; ok {
-		nd.Classes = p.classes(f, path+".classes", depth)
-	}
-	if f, ok := m.fields["descriptors"]; ok {
-		nd.Descriptors = p.descriptors(f.val, path+".descriptors", depth+1)
-	}
+	decodeKeys(p, m, path, depth, nd, func(k KeySpec) source[*Node] { return k.node })
 	return nd
 }
 
@@ -341,21 +304,9 @@ func (p *decoder) rateLimit(n *yaml.Node, path string, depth int) *RateLimitNode
 	if !ok {
 		return nil
 	}
-	return &RateLimitNode{
-		Pos:       posOf(n),
-		Unlimited: get(p, m, "unlimited", path, p.boolean),
-		Name:      get(p, m, "name", path, p.str),
-		Replaces: get(p, m, "replaces", path, func(f field, path string) ([]*ReplaceNode, bool) {
-			return p.replaces(f.val, path, depth)
-		}),
-		Unit:            get(p, m, "unit", path, p.str),
-		RequestsPerUnit: get(p, m, "requests_per_unit", path, p.uint32(0)),
-		UnitMultiplier:  get(p, m, "unit_multiplier", path, p.uint32(minUnitMultiplier)),
-		Algorithm:       get(p, m, "algorithm", path, p.str),
-		Burst:           get(p, m, "burst", path, p.uint32(1)),
-		SubWindows:      get(p, m, "sub_windows", path, p.uint32(1)),
-		Overdraw:        get(p, m, "overdraw", path, p.boolean),
-	}
+	rl := &RateLimitNode{Pos: posOf(n)}
+	decodeKeys(p, m, path, depth, rl, func(k KeySpec) source[*RateLimitNode] { return k.rl })
+	return rl
 }
 
 // rateLimits decodes rate_limits, a list of rate_limit mappings; an item

@@ -21,10 +21,19 @@
 //     errors are positioned by the source's own form: "file:line:col: path:
 //     message" for a file, "xds:name: path: message" for a resource.
 //
+// Every key of the format is declared once, in Schema: the mapping it is
+// written in, its YAML key, the field of the RateLimitConfig proto that
+// carries it over xDS (or none), its docs line, how the decoder reads it and
+// what a reader is shown of it (Domain.Show, Rule.Show, Limit.Show). The
+// decoder, the builder's refusal of counting keys beside unlimited, /config
+// and the docs read it. Config.Version identifies a Config by every field of
+// its model.
+//
 // Which files of a directory a load reads is one function, Selection.Files
 // (Files for the default, *.yaml and *.yml; a Recursive selection of every
-// file for envoyproxy/ratelimit's runtime layout), which a caller that
-// watches the files uses too.
+// file for envoyproxy/ratelimit's runtime layout). A caller that watches
+// the files reads them once with Selection.Read, compares what it read with
+// its last read, and builds those bytes (FileSet.Build).
 //
 // It does not count, decide or talk to Envoy or Redis: what a matched rule
 // means for a request (replaces, shadow_mode, quota_mode, share_threshold
@@ -33,8 +42,10 @@
 // watching files and swapping configs on reload belong to the caller, which
 // keeps the last good Config when a reload fails.
 //
-// Place in the import chain: pkg/rls and cmd/server import it; of Sluice it
-// imports only pkg/limiter (for the Algorithm a limit carries), beside the
+// Place in the import chain: pkg/ratelimit imports it (and through it the
+// front ends, pkg/rls and pkg/rlqs), pkg/xdsconfig converts xDS resources
+// into its Documents, and internal/source and internal/app load and show
+// configs with it; of Sluice it imports only pkg/limiter (for the Algorithm a limit carries), beside the
 // standard library and gopkg.in/yaml.v3.
 //
 // Format choices beyond envoyproxy/ratelimit:
@@ -48,10 +59,13 @@
 //     would read a missing requests_per_unit as 0 and block every hit).
 //     Problems envoyproxy/ratelimit accepts and that are merely suspicious are
 //     Config.Warnings.
-//   - Sluice additions: rate_limit.unit_multiplier (an integer >= 1, default
-//     1, for a window of at most MaxWindow, ten years), rate_limit.algorithm
-//     (only "sliding_window" for now) and a top-level failure_mode (error,
-//     allow or deny).
+//   - Sluice additions, optional keys that an old config never sets:
+//     rate_limit.unit_multiplier (an integer >= 1, default 1, for a window
+//     of at most MaxWindow, ten years), rate_limit.algorithm (any algorithm
+//     of pkg/limiter's table, sliding_window when unset) with its parameters
+//     burst, sub_windows and overdraw, rate_limits (several limits on one
+//     descriptor), classes (priority classes sharing one pool) and a
+//     top-level failure_mode (error, allow or deny).
 //   - Scalars are read as envoyproxy/ratelimit's YAML 1.1 decoder reads them:
 //     `value: 200` is the string "200", bools also accept yes/no/on/off, and
 //     anchors, aliases and merge keys (<<) work.

@@ -200,7 +200,7 @@ func (g *treeGen) descriptors(depth int) []*descriptors.Node {
 		}
 		b := g.next()
 		nd := &descriptors.Node{Key: g.str(), Value: g.str(), RateLimit: g.rateLimit(),
-			ShadowMode: b&1 != 0, QuotaMode: b&2 != 0, ShareThreshold: b&4 != 0}
+			ShadowMode: descriptors.Set(b&1 != 0), QuotaMode: descriptors.Set(b&2 != 0), ShareThreshold: descriptors.Set(b&4 != 0)}
 		if depth < 80 {
 			nd.Descriptors = g.descriptors(depth + 1)
 		}

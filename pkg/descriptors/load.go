@@ -259,23 +259,63 @@ func Load(paths ...string) (*Config, error) {
 // and column, so that one run shows them all. A directory with no selected
 // file is an error; no paths at all give an empty Config. A file is read
 // as ReadFile reads it; a directory entry that is not a regular file is
-// skipped, with a warning in Config.Warnings naming it.
+// skipped, with a warning in Config.Warnings naming it. Load is
+// s.Read(paths...).Build().
 func (s Selection) Load(paths ...string) (*Config, error) {
+	return s.Read(paths...).Build()
+}
+
+// FileSet is what a load read, before it is built: every selected file's
+// name and contents, in the order Load builds them, and the problems met
+// reading them. A caller that loads only when something changed (a watcher
+// of the files) reads once, compares what it read with the last read, and
+// builds those same bytes, so that the Config it swaps in is the one it
+// compared. A FileSet is not modified by Build and may be built again.
+type FileSet struct {
+	// Files are the files read, in load order.
+	Files []Source
+	// errs are the paths and files that could not be read, as Load
+	// reports them; skipped the directory entries that are no regular
+	// files, which Load's Config warns of.
+	errs, skipped []*Error
+}
+
+// Read reads the config files at paths as Load does (the files Files
+// returns, each as ReadFile reads it), without decoding them.
+func (s Selection) Read(paths ...string) *FileSet {
 	names, skipped, errs := s.files(paths)
-	var docs []*Document
+	set := &FileSet{errs: errs, skipped: skipped}
 	for _, name := range names {
 		data, rerr := s.readFile(name)
 		if rerr != nil {
-			errs = append(errs, rerr)
+			set.errs = append(set.errs, rerr)
 			continue
 		}
-		doc, derrs := decodeYAML(name, data)
+		set.Files = append(set.Files, Source{Name: name, Data: data})
+	}
+	return set
+}
+
+// Problems returns the paths and files that could not be read, each an
+// *Error as Load reports it ("config/a.yaml: cannot read: permission
+// denied"), in the order they were met; nil when every file was read.
+func (fs *FileSet) Problems() []error {
+	return asErrors(fs.errs)
+}
+
+// Build decodes and builds the files read, as Load does: the validated
+// Config, or nil and every problem (the reading's and the files') joined.
+func (fs *FileSet) Build() (*Config, error) {
+	var docs []*Document
+	errs := slices.Clone(fs.errs)
+	for _, f := range fs.Files {
+		doc, derrs := decodeYAML(f.Name, f.Data)
 		docs = append(docs, doc)
 		errs = append(errs, derrs...)
 	}
 	cfg, err := build(docs, errs)
-	if cfg != nil && len(skipped) > 0 {
-		cfg.Warnings = append(asErrors(skipped), cfg.Warnings...)
+	if cfg != nil && len(fs.skipped) > 0 {
+		cfg.Warnings = append(asErrors(fs.skipped), cfg.Warnings...)
 	}
 	return cfg, err
 }

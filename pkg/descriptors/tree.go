@@ -88,7 +88,7 @@ type Node struct {
 	Descriptors []*Node
 	// ShadowMode, QuotaMode, DetailedMetric, ValueToMetric and
 	// ShareThreshold are the node's flags (false when absent).
-	ShadowMode, QuotaMode, DetailedMetric, ValueToMetric, ShareThreshold bool
+	ShadowMode, QuotaMode, DetailedMetric, ValueToMetric, ShareThreshold Field[bool]
 	// Metadata is the metadata block as decoded YAML (maps, lists, strings,
 	// numbers, bools), nil when absent; the xDS proto has none.
 	Metadata map[string]any

@@ -19,7 +19,8 @@ import (
 
 // benchStore returns a Store on the shared Redis with a pool large enough for
 // 64 callers and the production call timeout raised (the benchmark measures
-// latency; it must not fail requests that are merely slow).
+// latency; it must not fail requests that are merely slow), leasing hot
+// counters as the server does (DefaultLeaseRate).
 func benchStore(b *testing.B) *Store {
 	b.Helper()
 	addr := redistest.Addr(b)
@@ -30,7 +31,7 @@ func benchStore(b *testing.B) *Store {
 		prefix = p
 	}
 	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 128, ContextTimeoutEnabled: true, MaxRetries: -1})
-	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second})
+	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second, LeaseRate: DefaultLeaseRate})
 	b.Cleanup(func() {
 		if prefix != os.Getenv("SLUICE_BENCH_PREFIX") {
 			deletePrefix(b, newClient(b, addr), prefix)
@@ -122,7 +123,7 @@ func BenchmarkStoreApplyCluster(b *testing.B) {
 	addrs := redistest.Cluster(b)
 	prefix := redistest.Prefix(b.Name())
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
-	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second})
+	s := New(c, Options{Prefix: prefix, CallTimeout: time.Second, LeaseRate: DefaultLeaseRate})
 	b.Cleanup(func() {
 		deletePrefix(b, newClusterClient(b, addrs), prefix)
 		_ = s.Close()

@@ -3,7 +3,7 @@
 // protocol between the Store and the script, the encoding of counter keys,
 // and the grouping of hits by Redis Cluster slot. It is the only package of
 // Sluice that imports go-redis (as goredis); it imports pkg/limiter, and
-// cmd/server wires it in when a Redis URL is set. It owns no rate-limit
+// internal/app wires it in when a Redis URL is set. It owns no rate-limit
 // policy: what to count and what a denial means are pkg/limiter's and
 // pkg/rls's.
 //

@@ -12,9 +12,11 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// DefaultLeaseRate is Options.LeaseRate when it is zero: a counter that
-// took at least this many decisions on one Store in the last whole second
-// is hot, and the Store leases permits for it.
+// DefaultLeaseRate is the lease rate a server passes as Options.LeaseRate
+// unless told otherwise (--redis-lease-rate's default): a counter that took
+// at least this many decisions on one Store in the last whole second is
+// hot, and the Store leases permits for it. Options.LeaseRate 0 turns leases
+// off, as --redis-lease-rate 0 does.
 const DefaultLeaseRate = 200
 
 // DefaultLeaseSpan is Options.LeaseSpan when it is zero.
@@ -103,17 +105,14 @@ type leaseOptions struct {
 	log *zap.Logger
 }
 
-// newLeases returns the lease tier, nil when o.rate is negative (off). Its
-// sweep runs until close.
+// newLeases returns the lease tier, nil when o.rate is 0 or less (off).
+// Its sweep runs until close.
 func newLeases(o leaseOptions) *leases {
 	rate, span := o.rate, o.span
-	if rate == 0 {
-		rate = DefaultLeaseRate
-	}
 	if span <= 0 {
 		span = DefaultLeaseSpan
 	}
-	if rate < 0 {
+	if rate <= 0 {
 		return nil
 	}
 	ls := &leases{rate: uint32(max(rate, 1)), span: span, clock: o.clock, seed: maphash.MakeSeed(),

@@ -215,3 +215,23 @@ func TestLeaseGivenBackWhenQuiet(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseRateZeroIsOff: a LeaseRate of 0 turns leases off, as
+// --redis-lease-rate 0 does, so that the server passes its setting as it
+// is; a rate above 0 leases from that rate.
+func TestLeaseRateZeroIsOff(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		want uint32 // the lease tier's rate; 0: no tier
+	}{{0, 0}, {-1, 0}, {DefaultLeaseRate, DefaultLeaseRate}, {50, 50}} {
+		s := New(newClient(t, redistest.Addr(t)), Options{LeaseRate: tc.rate})
+		var got uint32
+		if s.leases != nil {
+			got = s.leases.rate
+		}
+		if got != tc.want {
+			t.Errorf("New(LeaseRate %v): lease rate %d, want %d (0: off)", tc.rate, got, tc.want)
+		}
+		s.Close()
+	}
+}

@@ -20,6 +20,18 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
+// The defaults of Settings' socket timeouts, which the server's
+// --redis-*-timeout settings read. A read or write ends at the earlier of
+// its timeout and its context's deadline.
+const (
+	// DefaultDialTimeout is Settings.DialTimeout when it is zero.
+	DefaultDialTimeout = time.Second
+	// DefaultReadTimeout is Settings.ReadTimeout when it is zero.
+	DefaultReadTimeout = 500 * time.Millisecond
+	// DefaultWriteTimeout is Settings.WriteTimeout when it is zero.
+	DefaultWriteTimeout = 500 * time.Millisecond
+)
+
 // Settings selects and tunes the Redis that Open connects to. Exactly one
 // mode applies: Cluster when ClusterAddrs is set, else Sentinel when
 // MasterName is set, else standalone at URL. Zero durations and sizes take the
@@ -41,10 +53,12 @@ type Settings struct {
 	// PoolSize is the number of connections per Redis node. Default go-redis's
 	// (10 per CPU).
 	PoolSize int
-	// DialTimeout bounds opening one connection. Default 1 s.
+	// DialTimeout bounds opening one connection. Default
+	// DefaultDialTimeout (1 s).
 	DialTimeout time.Duration
 	// ReadTimeout and WriteTimeout bound one socket read or write when the
-	// context has no earlier deadline. Default 500 ms each.
+	// context has no earlier deadline. Default DefaultReadTimeout and
+	// DefaultWriteTimeout (500 ms each).
 	ReadTimeout, WriteTimeout time.Duration
 	// CallTimeout bounds each Apply. Default DefaultCallTimeout (15 ms),
 	// under Envoy's 20 ms default filter timeout.
@@ -55,8 +69,8 @@ type Settings struct {
 	// flight per node. Default DefaultCallsInFlight (1).
 	CallsInFlight int
 	// LeaseRate and LeaseSpan are Options.LeaseRate and Options.LeaseSpan:
-	// hot-key leases (see Store). LeaseRate 0 is DefaultLeaseRate, negative
-	// turns leases off.
+	// hot-key leases (see Store). LeaseRate 0 turns leases off; a server
+	// passes DefaultLeaseRate unless told otherwise.
 	LeaseRate float64
 	LeaseSpan time.Duration
 	// TLSCAFile is a PEM file of CAs to verify the server with for rediss://
@@ -97,9 +111,9 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 	log = log.Named("redis")
 	u := &goredis.UniversalOptions{
 		PoolSize:              s.PoolSize,
-		DialTimeout:           orDefault(s.DialTimeout, time.Second),
-		ReadTimeout:           orDefault(s.ReadTimeout, 500*time.Millisecond),
-		WriteTimeout:          orDefault(s.WriteTimeout, 500*time.Millisecond),
+		DialTimeout:           orDefault(s.DialTimeout, DefaultDialTimeout),
+		ReadTimeout:           orDefault(s.ReadTimeout, DefaultReadTimeout),
+		WriteTimeout:          orDefault(s.WriteTimeout, DefaultWriteTimeout),
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		// One dial attempt per connection: go-redis dials in the background

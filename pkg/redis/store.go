@@ -58,8 +58,9 @@ type Options struct {
 	Now func() time.Time
 	// LeaseRate is the decisions per second (in the last whole second, on
 	// this Store) from which a counter is hot: the Store then leases
-	// permits for it and spends them in memory (see Store). Default
-	// DefaultLeaseRate; negative turns leases off.
+	// permits for it and spends them in memory (see Store). 0 (or less)
+	// turns leases off: the zero Options decide every hit in Redis. A
+	// server passes DefaultLeaseRate unless told otherwise.
 	LeaseRate float64
 	// LeaseSpan is how much of a hot counter's traffic on this Store one
 	// lease asks for: its last second's decisions times LeaseSpan (the

@@ -16,10 +16,11 @@ type action = rlqsv3.RateLimitQuotaResponse_BucketAction
 
 // respond builds one action per bucket of the report, in report order (a
 // bucket id repeated in one report is answered once): an AbandonAction for
-// a bucket idle for IdleAfter, else a QuotaAssignmentAction whose strategy
-// is the bucket's: its part of the stream's shares as a token bucket (a
-// part of 0 denies all), ALLOW_ALL or DENY_ALL by its rule, Unmatched
-// without one; and, when the store failed or the bucket is past MaxBuckets,
+// a bucket idle for IdleAfter or evicted to make room for a new one, else a
+// QuotaAssignmentAction whose strategy is the bucket's: its part of the
+// stream's shares as a token bucket (a part of 0 denies all; a bucket past
+// a bound gets its part of its rule's overflow groups), ALLOW_ALL or
+// DENY_ALL by its rule, Unmatched without one; and, when the store failed,
 // the domain's failure mode: ALLOW_ALL (allow), DENY_ALL (deny) or no
 // action (error: Envoy keeps its assignment until it expires, then applies
 // its own expired_assignment_behavior).
@@ -36,10 +37,8 @@ func (s *Service) respond(dom *descriptors.Domain, usages []*rlqsv3.RateLimitQuo
 	for i, b := range seen {
 		id := usages[i].GetBucketId()
 		switch {
-		case b == nil:
-			add(s.failureAction(dom, id))
 		case answered[b]:
-		case !b.idleSince.IsZero() && now.Sub(b.idleSince) >= s.opts.IdleAfter:
+		case b.abandon || !b.idleSince.IsZero() && now.Sub(b.idleSince) >= s.opts.IdleAfter:
 			b.abandon = true
 			add(&action{BucketId: id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
@@ -48,9 +47,7 @@ func (s *Service) respond(dom *descriptors.Domain, usages []*rlqsv3.RateLimitQuo
 		default:
 			add(s.assign(id, s.strategy(b, now)))
 		}
-		if b != nil {
-			answered[b] = true
-		}
+		answered[b] = true
 	}
 	return resp
 }
@@ -71,7 +68,11 @@ func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 	parts := make([]uint64, len(b.groups))
 	deny := false
 	for i, g := range b.groups {
-		parts[i] = min(g.part(b, now), g.free(b, now))
+		if b.over && g.perValue {
+			parts[i] = g.share // each counts on its own counter
+		} else {
+			parts[i] = min(g.part(b, now), g.free(b, now))
+		}
 		deny = deny || parts[i] == 0
 	}
 	expires := now.Add(s.opts.AssignmentTTL).UnixNano()
@@ -82,7 +83,11 @@ func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 		if deny {
 			parts[i] = 0
 		}
-		b.held[i] = heldPart{fill: parts[i], report: g.claimed, expires: expires}
+		if b.over {
+			g.hand(parts[i], g.claimed, expires)
+		} else {
+			b.held[i] = heldPart{fill: parts[i], report: g.claimed, expires: expires}
+		}
 	}
 	if deny {
 		return blanket(DenyAll)
@@ -104,16 +109,18 @@ func (s *Service) strategy(b *bucket, now time.Time) *typev3.RateLimitStrategy {
 }
 
 // part is b's fair part of g's share: all of it for the group's only
-// bucket; else the buckets split it by their demand, equally when none has
-// any. What b is assigned is also bounded by free.
+// bucket; else the buckets (tracked, and past a bound in the report) split
+// it by their demand, equally when none has any. What b is assigned is
+// also bounded by free.
 func (g *group) part(b *bucket, now time.Time) uint64 {
+	n := g.buckets + g.overN
 	switch {
-	case g.buckets <= 1:
+	case n <= 1:
 		return g.share
 	case g.rate > 0:
 		return min(uint64(math.Floor(float64(g.share)*b.demandRate(now)/g.rate)), g.share)
 	}
-	return g.share / uint64(g.buckets)
+	return g.share / uint64(n)
 }
 
 // free is what g's share leaves b once the other buckets' live assignments
@@ -121,9 +128,11 @@ func (g *group) part(b *bucket, now time.Time) uint64 {
 // whichever bucket is reported next, so a bucket reported alone (as Envoy
 // reports a new one) gets only what the others leave. A bucket of the
 // report being answered that is not answered yet does not count: the same
-// response replaces its assignment.
+// response replaces its assignment. What buckets past a bound were handed
+// counts whole, theirs in earlier reports too (g.handed keeps no bucket
+// ids), so they get less than their part until those expire.
 func (g *group) free(b *bucket, now time.Time) uint64 {
-	held := uint64(0)
+	held := g.handedLive(now.UnixNano(), 0)
 	for _, o := range g.members {
 		if p := o.heldIn(g); o != b && p.expires > now.UnixNano() && (o.report != g.claimed || p.report == g.claimed) {
 			held += p.fill
@@ -136,10 +145,11 @@ func (g *group) free(b *bucket, now time.Time) uint64 {
 }
 
 // kept is what the live assignments of g's buckets not in report still
-// admit: the share the stream keeps reserved in the store until they
-// expire (limiter.Claim.Keep).
+// admit, those handed to buckets past a bound in earlier reports included:
+// the share the stream keeps reserved in the store until they expire
+// (limiter.Claim.Keep).
 func (g *group) kept(report uint64, now time.Time) uint64 {
-	held := uint64(0)
+	held := g.handedLive(now.UnixNano(), report)
 	for _, o := range g.members {
 		if p := o.heldIn(g); o.report != report && p.expires > now.UnixNano() {
 			held += p.fill

@@ -24,7 +24,7 @@ func BenchmarkReport(b *testing.B) {
 	core := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})})
 	core.SetConfig(parse(b, matchYAML))
 	s := New(Options{Decider: core, Store: limiter.NewMemoryShares(clock.Now), Now: clock.Now})
-	st, _ := s.openStream()
+	st, _ := s.openStream(context.Background())
 	r := &rlqsv3.RateLimitQuotaUsageReports{Domain: "d"}
 	for i := range n {
 		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{

@@ -12,7 +12,7 @@
 // bucket ids to rules (Match) and each stream's state. It does not own
 // matching itself (pkg/descriptors), counter keys (pkg/ratelimit) or the
 // division of a limit (limiter.Divide, in memory and in pkg/redis). Imports
-// point one way: cmd/server -> pkg/rlqs -> pkg/ratelimit -> {pkg/descriptors,
+// point one way: internal/app -> pkg/rlqs -> pkg/ratelimit -> {pkg/descriptors,
 // pkg/limiter}.
 //
 // # Decisions
@@ -90,15 +90,27 @@
 //     domain's failure mode answers the shared buckets of that report
 //     (allow: ALLOW_ALL, deny: DENY_ALL, error: no action, so Envoy keeps
 //     its assignment until it expires and then applies its own
-//     expired_assignment_behavior). A stream with more than
-//     Options.MaxBuckets buckets (--rlqs-max-buckets), or a new bucket when
-//     all streams together track Options.MaxTotalBuckets
-//     (--rlqs-max-total-buckets), gets the same answer for the rest: bucket
-//     ids may hold values end clients choose, and refusing them would hand
-//     a client Envoy's fallback. A stream opened when Options.MaxStreams
-//     (--rlqs-max-streams) are open ends at once with RESOURCE_EXHAUSTED
-//     naming the setting. With both bounds the service's memory is bounded
-//     (about 1.1 KB a bucket, 30 KB a stream).
+//     expired_assignment_behavior). A stream opened when Options.MaxStreams
+//     (--rlqs-max-streams) are open, or Options.MaxStreamsPerConnection
+//     (--rlqs-max-streams-per-connection) on its client connection, ends at
+//     once with RESOURCE_EXHAUSTED naming the setting; other connections'
+//     streams are unaffected.
+//   - Bounds on buckets: a new bucket past Options.MaxBuckets
+//     (--rlqs-max-buckets) of its stream, or Options.MaxTotalBuckets
+//     (--rlqs-max-total-buckets) of all streams, takes the place of the
+//     stream's bucket idle the longest (reported without requests, and
+//     abandoned; or not reported for the assignment TTL); when none is, it
+//     is answered, untracked, from its rule's overflow limit: one limit per
+//     rule that the rule's buckets past a bound share through the store,
+//     each assigned its stream's whole share when each counts on a counter
+//     of its own, else a part. Never by the failure mode, and never with
+//     nothing: bucket ids may hold values end clients choose, and a bucket
+//     left unanswered gets Envoy's no_assignment_behavior, so a client that
+//     filled the bounds would leave every new tenant unlimited. Past
+//     MaxTotalBuckets, the other streams evict their idle buckets at their
+//     next reports, so that the new bucket is tracked at its own. With the
+//     bounds the service's memory is bounded (about 1.1 KB a bucket, 30 KB
+//     a stream).
 //   - The two protocols share config and store, not counters: a bucket and
 //     a ShouldRateLimit descriptor matching the same rule each get the whole
 //     limit. Give each protocol its own rules (or domain) when both run.

@@ -71,7 +71,7 @@ func FuzzReport(f *testing.F) {
 		core := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})})
 		core.SetConfig(cfg)
 		s := New(Options{Decider: core, Store: shares, Now: clock.Now, IdleAfter: time.Second})
-		st, _ := s.openStream()
+		st, _ := s.openStream(context.Background())
 		for _, b := range [][]byte{first, second} {
 			var rep rlqsv3.RateLimitQuotaUsageReports
 			if wire.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &rep) != nil {

@@ -10,6 +10,9 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
@@ -39,15 +42,21 @@ type liveAssignment struct {
 }
 
 func newFleet(t *testing.T, store Store, clock *testclock.Clock) *fleet {
+	return newFleetWith(t, Options{Store: store, Now: clock.Now}, clock)
+}
+
+// newFleetWith is newFleet with the service's options o (Store and Now
+// set).
+func newFleetWith(t *testing.T, o Options, clock *testclock.Clock) *fleet {
 	core := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})})
 	core.SetConfig(parse(t, apiYAML))
-	s := New(Options{Decider: core, Store: store, Now: clock.Now})
-	return &fleet{t: t, s: s, clock: clock, live: map[string]liveAssignment{}}
+	o.Decider = core
+	return &fleet{t: t, s: New(o), clock: clock, live: map[string]liveAssignment{}}
 }
 
 // open opens a stream.
 func (f *fleet) open() *stream {
-	st, err := f.s.openStream()
+	st, err := f.s.openStream(context.Background())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -126,6 +135,33 @@ func TestShareThresholdLiveSum(t *testing.T) {
 	t.Logf("assigned %v: %d/min live", fills, f.sum())
 }
 
+// TestLiveSumPastBounds is TestLiveSumProperty with bounds of 3 buckets a
+// stream and 5 in all on the 8 paths: buckets are evicted and answered from
+// the overflow share (here the rule's own, its buckets sharing one
+// counter), and the assignments live at once still admit at most the
+// limit.
+func TestLiveSumPastBounds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 34))
+		clock := testclock.New(time.Unix(1_800_000_000, 0))
+		t.Run("seed "+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			f := newFleetWith(t, Options{Store: limiter.NewMemoryShares(clock.Now), Now: clock.Now, Metrics: m,
+				MaxBuckets: 3, MaxTotalBuckets: 5}, clock)
+			randomReports(t, f, rng, 5, func() uint64 { return uint64(rng.IntN(3) * rng.IntN(30)) })
+		})
+	}
+	for _, name := range []string{"sluice_rlqs_overflowed_total", "sluice_rlqs_evicted_total"} {
+		if n := testutil.CollectAndCount(reg, name); n == 0 {
+			t.Errorf("no %s: the bounds were never reached", name)
+		}
+	}
+}
+
 // TestLiveSumProperty reports random sets of buckets of one share_threshold
 // rule from three streams on one store, in random order, at random times
 // and demands: after every report the assignments live at once admit at
@@ -134,26 +170,38 @@ func TestLiveSumProperty(t *testing.T) {
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 28))
 		clock := testclock.New(time.Unix(1_800_000_000, 0))
-		f := newFleet(t, limiter.NewMemoryShares(clock.Now), clock)
-		streams := []*stream{f.open(), f.open(), f.open()}
-		maxSum := uint64(0)
-		for step := range 300 {
-			clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
-			i := rng.IntN(len(streams))
-			var paths []string
-			for range 1 + rng.IntN(4) {
-				paths = append(paths, "/api/"+strconv.Itoa(rng.IntN(8)))
+		t.Run("seed "+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			f := newFleet(t, limiter.NewMemoryShares(clock.Now), clock)
+			if randomReports(t, f, rng, 4, func() uint64 { return uint64(rng.IntN(50)) }) == 0 {
+				t.Fatal("nothing assigned")
 			}
-			elapsed := time.Duration(rng.IntN(2000)) * time.Millisecond
-			f.report(strconv.Itoa(i), streams[i], elapsed, uint64(rng.IntN(50)), paths...)
-			sum := f.sum()
-			maxSum = max(maxSum, sum)
-			if sum > 600 {
-				t.Fatalf("seed %d step %d: %d/min live, over the limit 600: %v", seed, step, sum, f.live)
-			}
+		})
+	}
+}
+
+// randomReports has three streams of f make 300 reports, each of 1 to
+// maxPaths of the 8 paths (repeats allowed), at random times and with
+// demand() requests each, and fails the test as soon as the assignments
+// live at once admit more than the limit, 600/min. It returns the most
+// they admitted.
+func randomReports(t *testing.T, f *fleet, rng *rand.Rand, maxPaths int, demand func() uint64) uint64 {
+	t.Helper()
+	streams := []*stream{f.open(), f.open(), f.open()}
+	most := uint64(0)
+	for step := range 300 {
+		f.clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		i := rng.IntN(len(streams))
+		var paths []string
+		for range 1 + rng.IntN(maxPaths) {
+			paths = append(paths, "/api/"+strconv.Itoa(rng.IntN(8)))
 		}
-		if maxSum == 0 {
-			t.Fatalf("seed %d: nothing assigned", seed)
+		elapsed := time.Duration(rng.IntN(2000)) * time.Millisecond
+		f.report(strconv.Itoa(i), streams[i], elapsed, demand(), paths...)
+		sum := f.sum()
+		most = max(most, sum)
+		if sum > 600 {
+			t.Fatalf("step %d: %d/min live, over the limit 600: %v", step, sum, f.live)
 		}
 	}
+	return most
 }

@@ -37,7 +37,7 @@ func TestBucketMemory(t *testing.T) {
 	before := liveHeap()
 	var held []*stream
 	for i := range streams {
-		st, err := s.openStream()
+		st, err := s.openStream(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,12 +9,14 @@ import (
 // Metrics are the Prometheus metrics of the quota service. It is safe for
 // concurrent use; a nil *Metrics records nothing.
 type Metrics struct {
-	streams  prometheus.Gauge
-	buckets  prometheus.Gauge
-	reports  *prometheus.CounterVec // by gRPC code of the outcome
-	actions  *prometheus.CounterVec // by action
-	failures *prometheus.CounterVec // by failure mode
-	refused  *prometheus.CounterVec // by bound
+	streams    prometheus.Gauge
+	buckets    prometheus.Gauge
+	reports    *prometheus.CounterVec // by gRPC code of the outcome
+	actions    *prometheus.CounterVec // by action
+	failures   *prometheus.CounterVec // by failure mode
+	refused    *prometheus.CounterVec // by bound
+	overflowed *prometheus.CounterVec // by bound
+	evicted    *prometheus.CounterVec // by bound
 }
 
 // NewMetrics creates the metrics and registers them with reg. It returns the
@@ -32,9 +34,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rlqs_store_failures_total",
 			Help: "Reports whose shares the store could not divide, by the failure mode that answered."}, []string{"failure_mode"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rlqs_refused_total",
-			Help: "Streams refused (bound max_streams) and new buckets answered by the failure mode, untracked (max_buckets, max_total_buckets)."}, []string{"bound"}),
+			Help: "Streams refused at their start, by the bound they were past: max_streams (all connections) or max_streams_per_connection."}, []string{"bound"}),
+		overflowed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rlqs_overflowed_total",
+			Help: "New buckets past a bound (max_buckets, max_total_buckets) with none idle to evict, answered untracked from their rule's overflow limit; counted at each report that holds one."}, []string{"bound"}),
+		evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rlqs_evicted_total",
+			Help: "Idle buckets evicted (abandoned) to make room for new ones under a bound (max_buckets, max_total_buckets)."}, []string{"bound"}),
 	}
-	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.actions, m.failures, m.refused} {
+	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.actions, m.failures, m.refused, m.overflowed, m.evicted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -61,10 +67,24 @@ func (m *Metrics) bucketsAdded(n int) {
 	}
 }
 
-// refuse counts one stream or bucket refused by bound.
+// refuse counts one stream refused by bound.
 func (m *Metrics) refuse(bound string) {
 	if m != nil {
 		m.refused.WithLabelValues(bound).Inc()
+	}
+}
+
+// overflow counts one bucket answered past bound.
+func (m *Metrics) overflow(bound string) {
+	if m != nil {
+		m.overflowed.WithLabelValues(bound).Inc()
+	}
+}
+
+// evict counts one bucket evicted to make room under bound.
+func (m *Metrics) evict(bound string) {
+	if m != nil {
+		m.evicted.WithLabelValues(bound).Inc()
 	}
 }
 

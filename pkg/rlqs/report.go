@@ -18,9 +18,11 @@ import (
 // handle answers one usage report of st: it checks the whole report first
 // (a bad one changes no state and ends the stream), updates each bucket's
 // demand, claims the shares of the limits the report's buckets count in
-// (one Store call), and returns one action per bucket of the report. Then
-// it forgets the buckets it abandoned and those no longer reported, and
-// releases the shares no bucket of the stream counts in any more.
+// (one Store call), and returns one action per bucket of the report. New
+// buckets past a bound take the place of idle ones, or are answered from
+// their rules' overflow groups (bounds.go, overflow.go). Then it forgets the
+// buckets it abandoned and those no longer reported, and releases the
+// shares no bucket of the stream counts in any more.
 func (s *Service) handle(ctx context.Context, st *stream, r *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
 	cfg, dom, err := s.domainOf(st, r.GetDomain())
 	if err != nil {
@@ -34,27 +36,103 @@ func (s *Service) handle(ctx context.Context, st *stream, r *rlqsv3.RateLimitQuo
 	now := s.opts.Now()
 	st.reports++
 	s.noteInterval(st, now)
+	fresh := newBuckets(st, keys)
+	seen := make([]*bucket, len(usages))
 	var release []limiter.Claim
-	seen := make([]*bucket, len(usages)) // nil: past MaxBuckets, untracked
+	// Buckets the stream tracks first, so that the idle ones among them can
+	// make room for the new ones.
 	for i, u := range usages {
-		b, rel := s.bucketOf(st, cfg, dom, keys[i], u.GetBucketId().GetBucket())
-		release = append(release, rel...)
-		if b != nil {
-			b.report = st.reports
-			elapsed := min(u.GetTimeElapsed().AsDuration(), s.opts.IdleAfter)
-			b.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
+		if b := st.buckets[keys[i]]; b != nil {
+			release = append(release, s.rebind(st, b, cfg, dom, u.GetBucketId().GetBucket())...)
+			s.observe(st, b, u, now)
+			seen[i] = b
 		}
-		seen[i] = b
 	}
-	storeErr := s.share(ctx, st, seen, now)
+	room := s.roomFor(st, fresh, now)
+	over, rel := s.placeNew(st, room, &batch{cfg, dom, usages, keys, seen, now})
+	release = append(release, rel...)
+	release = append(release, s.giveRoom(st, room)...)
+	storeErr := s.share(ctx, st, seen, over, now)
 	if storeErr != nil {
 		s.opts.Metrics.observeFailure(s.failureMode(dom).String())
 		s.degraded("quota store failed, answering by failure mode", dom.Name, storeErr)
 	}
 	resp := s.respond(dom, usages, seen, storeErr, now)
 	release = append(release, s.forget(st, now)...)
-	s.release(ctx, st.domain, release)
+	s.release(ctx, st.domain, st.unheld(release))
 	return resp, nil
+}
+
+// unheld is the claims of release whose limit the stream holds no group of
+// any more: a group left empty (by an eviction) and made again in the same
+// report (for the bucket that took its place) claimed its share anew.
+func (st *stream) unheld(release []limiter.Claim) []limiter.Claim {
+	out := release[:0]
+	for _, c := range release {
+		if st.groups[groupID{c.Key, c.Window}] == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// batch is the report being handled: the config in force and the stream's
+// domain in it, the usages with their bucket keys, the bucket each usage is
+// answered as so far (nil: none yet) and the time.
+type batch struct {
+	cfg    *descriptors.Config
+	dom    *descriptors.Domain
+	usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	keys   []string
+	seen   []*bucket
+	now    time.Time
+}
+
+// placeNew sets r.seen[i] for each usage of a bucket the stream did not
+// track: a tracked bucket when the bounds leave room, if need be in place
+// of an evictable one of room, else a bucket past a bound, returned by key
+// in over. It returns the claims evictions leave unused.
+func (s *Service) placeNew(st *stream, room *room, r *batch) (over map[string]*bucket, release []limiter.Claim) {
+	for i, u := range r.usages {
+		if r.seen[i] != nil {
+			continue
+		}
+		id, key := u.GetBucketId().GetBucket(), r.keys[i]
+		b := st.buckets[key] // a new bucket repeated in the report
+		if b == nil && over[key] == nil {
+			var rel []limiter.Claim
+			b, rel = s.admit(st, room, key, r.now)
+			release = append(release, rel...)
+		}
+		if b == nil {
+			if over == nil {
+				over = map[string]*bucket{}
+			}
+			r.seen[i] = s.overBucket(st, over, r.cfg, r.dom, key, id)
+			r.seen[i].observeOver(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration())
+			continue
+		}
+		release = append(release, s.rebind(st, b, r.cfg, r.dom, id)...)
+		s.observe(st, b, u, r.now)
+		r.seen[i] = b
+	}
+	return over, release
+}
+
+// rebind binds b to cfg when it was bound to another config (or none), and
+// returns the claims that leaves unused.
+func (s *Service) rebind(st *stream, b *bucket, cfg *descriptors.Config, dom *descriptors.Domain, id map[string]string) []limiter.Claim {
+	if b.cfg == cfg {
+		return nil
+	}
+	return s.bind(st, b, cfg, dom, id)
+}
+
+// observe adds usage u, held by the stream's report at now, to b's demand.
+func (s *Service) observe(st *stream, b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
+	b.report = st.reports
+	elapsed := min(u.GetTimeElapsed().AsDuration(), s.opts.IdleAfter)
+	b.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
 }
 
 // domainOf returns the config in force and the stream's domain in it, which
@@ -110,33 +188,6 @@ func (s *Service) check(usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaU
 	return keys, nil
 }
 
-// bucketOf returns the stream's bucket for key, new or known, bound to the
-// config in force; nil for a new bucket past MaxBuckets or MaxTotalBuckets. It returns the
-// claims its rebinding leaves unused.
-func (s *Service) bucketOf(st *stream, cfg *descriptors.Config, dom *descriptors.Domain, key string, id map[string]string) (*bucket, []limiter.Claim) {
-	b := st.buckets[key]
-	if b == nil {
-		if len(st.buckets) >= s.opts.MaxBuckets {
-			s.opts.Metrics.refuse("max_buckets")
-			s.degraded("a stream reports more buckets than --rlqs-max-buckets; the rest are answered by failure mode", dom.Name, nil)
-			return nil, nil
-		}
-		if s.buckets.Add(1) > int64(s.opts.MaxTotalBuckets) {
-			s.buckets.Add(-1)
-			s.opts.Metrics.refuse("max_total_buckets")
-			s.degraded("quota streams track --rlqs-max-total-buckets buckets in all; new ones are answered by failure mode", dom.Name, nil)
-			return nil, nil
-		}
-		b = &bucket{}
-		st.buckets[key] = b
-		s.opts.Metrics.bucketsAdded(1)
-	}
-	if b.cfg == cfg {
-		return b, nil
-	}
-	return b, s.bind(st, b, cfg, dom, id)
-}
-
 // noteInterval warns once per stream when reports arrive less often than
 // assignments live: each then expires before the next report renews it.
 func (s *Service) noteInterval(st *stream, now time.Time) {
@@ -151,14 +202,15 @@ func (s *Service) noteInterval(st *stream, now time.Time) {
 
 // share claims, in one Store call, the shares of the groups that the
 // report's buckets count in, each with the demand of all the stream's
-// buckets in it, in thousandths of a hit per window, and what the live
+// buckets in it and of the report's buckets past a bound answered from it
+// (over), in thousandths of a hit per window, and what the live
 // assignments of its buckets not in the report still admit (Keep).
-func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now time.Time) error {
+func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, over map[string]*bucket, now time.Time) error {
 	var touched []*group
 	for _, b := range seen {
 		for _, g := range groupsOf(b) {
 			if g.claimed != st.reports {
-				g.claimed, g.rate = st.reports, 0
+				g.claimed, g.rate, g.overN = st.reports, 0, 0
 				touched = append(touched, g)
 			}
 		}
@@ -172,6 +224,9 @@ func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now tim
 				g.rate += b.demandRate(now)
 			}
 		}
+	}
+	for _, b := range over {
+		overflowDemand(b, st.reports, now)
 	}
 	claims := make([]limiter.Claim, len(touched))
 	for i, g := range touched {
@@ -195,8 +250,9 @@ func (s *Service) share(ctx context.Context, st *stream, seen []*bucket, now tim
 }
 
 // forget drops the buckets answered with an AbandonAction and those not
-// reported for IdleAfter (Envoy dropped them), and returns the claims no
-// bucket of the stream counts in any more.
+// reported for IdleAfter (Envoy dropped them), and what the overflow groups
+// handed out that has expired, and returns the claims no bucket of the
+// stream counts in any more.
 func (s *Service) forget(st *stream, now time.Time) []limiter.Claim {
 	var release []limiter.Claim
 	for k, b := range st.buckets {
@@ -207,7 +263,7 @@ func (s *Service) forget(st *stream, now time.Time) []limiter.Claim {
 			release = append(release, st.regroup(b, nil)...)
 		}
 	}
-	return release
+	return append(release, st.pruneOverflow(now.UnixNano())...)
 }
 
 // groupsOf is b's groups, none for nil.

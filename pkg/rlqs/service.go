@@ -40,6 +40,12 @@ const (
 	// DefaultMaxStreams is Options.MaxStreams when zero: at about 30 KB a
 	// stream (TestStreamMemory), about 15 MB.
 	DefaultMaxStreams = 500
+	// DefaultMaxStreamsPerConnection is Options.MaxStreamsPerConnection when
+	// zero: an Envoy opens one stream per rate_limit_quota filter config
+	// naming Sluice, over one connection, so this leaves room for many such
+	// filters while sixteen connections at least are needed to fill
+	// DefaultMaxStreams.
+	DefaultMaxStreamsPerConnection = 32
 	// DefaultMaxEntries is Options.MaxEntries when zero (as pkg/rls's).
 	DefaultMaxEntries = 32
 	// DefaultMaxKeyBytes is Options.MaxKeyBytes when zero (as pkg/rls's).
@@ -129,24 +135,37 @@ type Options struct {
 	// descriptor without a rule.
 	Unmatched Blanket
 	// FailureMode is the failure mode of a domain whose config sets none
-	// (cmd/server's --failure-mode). FailureModeUnset means FailureModeError.
+	// (the server's --failure-mode). FailureModeUnset means FailureModeError.
 	FailureMode descriptors.FailureMode
 	// ShadowMode assigns ALLOW_ALL to every bucket (the global shadow mode:
 	// never deny).
 	ShadowMode bool
-	// MaxBuckets bounds the buckets one stream tracks. A bucket past it is
-	// answered as a store failure is (the domain's failure mode), untracked.
-	// Zero: DefaultMaxBuckets.
+	// MaxBuckets bounds the buckets one stream tracks. A new bucket past it
+	// takes the place of the stream's least recently active idle bucket
+	// (one reported without requests, answered with an AbandonAction, or
+	// one no report has held for AssignmentTTL); when none is idle it is
+	// answered, untracked, from its rule's overflow limit: one limit per
+	// rule shared by all the buckets of the rule past a bound, never
+	// nothing. Zero: DefaultMaxBuckets.
 	MaxBuckets int
 	// MaxTotalBuckets bounds the buckets all streams of the Service track
 	// together, so that memory has a bound whatever the number of streams.
-	// A new bucket past it is answered as one past MaxBuckets. Zero:
-	// DefaultMaxTotalBuckets.
+	// A new bucket past it is answered as one past MaxBuckets, and the other
+	// streams evict as many of their idle buckets at their next reports.
+	// Zero: DefaultMaxTotalBuckets.
 	MaxTotalBuckets int
 	// MaxStreams bounds the streams open at once; a stream past it ends at
 	// once with RESOURCE_EXHAUSTED naming the bound, so that Envoy opens it
 	// again, on another instance behind a balancer. Zero: DefaultMaxStreams.
 	MaxStreams int
+	// MaxStreamsPerConnection bounds the streams open at once on one client
+	// connection, so that one client cannot take the streams of the others:
+	// a stream past it ends at once with RESOURCE_EXHAUSTED naming the
+	// bound, and other connections' streams are unaffected. Connections are
+	// told apart only on a gRPC server built with TagConnections; elsewhere
+	// MaxStreams alone bounds the streams. Zero:
+	// DefaultMaxStreamsPerConnection.
+	MaxStreamsPerConnection int
 	// MaxEntries and MaxKeyBytes bound a bucket id's keys and each key's
 	// bytes; a report over them ends the stream (INVALID_ARGUMENT). Zero:
 	// DefaultMaxEntries, DefaultMaxKeyBytes.
@@ -180,13 +199,15 @@ type Service struct {
 
 	streams atomic.Int64 // streams open (MaxStreams)
 	buckets atomic.Int64 // buckets tracked by all streams (MaxTotalBuckets)
+	owed    atomic.Int64 // buckets that found no room under MaxTotalBuckets (bounds.go)
+	owedAt  atomic.Int64 // UnixNano, on Options.Now, of the last of them
 }
 
 var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
 
 // New returns a Service. It panics if o.Decider or o.Store is nil, or if
 // AssignmentTTL is not a whole number of seconds: programmer errors
-// (cmd/server validates its settings first).
+// (internal/settings validates the server's settings first).
 func New(o Options) *Service {
 	if o.Decider == nil || o.Store == nil {
 		panic("rlqs: Options.Decider and Options.Store are required")
@@ -202,6 +223,7 @@ func New(o Options) *Service {
 	o.MaxBuckets = orDefaultInt(o.MaxBuckets, DefaultMaxBuckets)
 	o.MaxTotalBuckets = orDefaultInt(o.MaxTotalBuckets, DefaultMaxTotalBuckets)
 	o.MaxStreams = orDefaultInt(o.MaxStreams, DefaultMaxStreams)
+	o.MaxStreamsPerConnection = orDefaultInt(o.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection)
 	o.MaxEntries = orDefaultInt(o.MaxEntries, DefaultMaxEntries)
 	o.MaxKeyBytes = orDefaultInt(o.MaxKeyBytes, DefaultMaxKeyBytes)
 	if o.FailureMode == descriptors.FailureModeUnset {
@@ -260,13 +282,14 @@ type received struct {
 // domain, a domain no config has, a domain that changes, a bucket id
 // without keys or over the key limits, absurd counts or durations);
 // RESOURCE_EXHAUSTED, before any report, for a stream past
-// Options.MaxStreams; UNAVAILABLE while no config is loaded or when Stop was called; the
-// context's code when the stream's context ends. A store failure does not
+// Options.MaxStreams or Options.MaxStreamsPerConnection; UNAVAILABLE while
+// no config is loaded or when Stop was called; the context's code when the
+// stream's context ends. A store failure does not
 // end the stream: the domain's failure mode answers the buckets it touched.
 // Whatever ends the stream, its shares are released.
 func (s *Service) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	ctx := ss.Context()
-	st, err := s.openStream()
+	st, err := s.openStream(ctx)
 	if err != nil {
 		return err
 	}
@@ -315,12 +338,22 @@ func (s *Service) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateL
 	}
 }
 
-// openStream returns the state of a new stream, named in the store by this
-// instance and a sequence number, or RESOURCE_EXHAUSTED when MaxStreams
-// streams are open.
-func (s *Service) openStream() (*stream, error) {
+// openStream returns the state of a new stream on the client connection
+// of ctx, named in the store by this instance and a sequence number, or
+// RESOURCE_EXHAUSTED when MaxStreamsPerConnection streams are open on that
+// connection or MaxStreams in all.
+func (s *Service) openStream(ctx context.Context) (*stream, error) {
+	c := connectionOf(ctx)
+	if c != nil && c.streams.Add(1) > int64(s.opts.MaxStreamsPerConnection) {
+		c.streams.Add(-1)
+		s.opts.Metrics.refuse("max_streams_per_connection")
+		s.degraded("a quota stream was refused: --rlqs-max-streams-per-connection streams are open on its connection", "", nil)
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"quota streams: %d streams are open on this connection, the most --rlqs-max-streams-per-connection allows", s.opts.MaxStreamsPerConnection)
+	}
 	if s.streams.Add(1) > int64(s.opts.MaxStreams) {
 		s.streams.Add(-1)
+		c.release()
 		s.opts.Metrics.refuse("max_streams")
 		s.degraded("a quota stream was refused: --rlqs-max-streams streams are open", "", nil)
 		return nil, status.Errorf(codes.ResourceExhausted,
@@ -328,17 +361,21 @@ func (s *Service) openStream() (*stream, error) {
 	}
 	s.opts.Metrics.streamOpened()
 	return &stream{
-		holder:  s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10),
-		buckets: make(map[string]*bucket),
-		groups:  make(map[groupID]*group),
+		holder:   s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10),
+		conn:     c,
+		buckets:  make(map[string]*bucket),
+		groups:   make(map[groupID]*group),
+		overflow: make(map[groupID]*group),
 	}, nil
 }
 
 // closeStream releases every share the stream holds, with a deadline of its
 // own (the stream's context has ended), and forgets the stream and its
-// buckets, counted against MaxStreams and MaxTotalBuckets.
+// buckets, counted against MaxStreams, MaxStreamsPerConnection and
+// MaxTotalBuckets.
 func (s *Service) closeStream(ctx context.Context, st *stream) {
 	s.streams.Add(-1)
+	st.conn.release()
 	s.buckets.Add(-int64(len(st.buckets)))
 	s.opts.Metrics.streamClosed(len(st.buckets))
 	claims := make([]limiter.Claim, 0, len(st.groups))

@@ -58,6 +58,7 @@ descriptors:
 // env is a quota service on a real gRPC server on loopback, its memory
 // store and clock.
 type env struct {
+	addr   string // the server's
 	svc    *rlqs.Service
 	shares *limiter.MemoryShares
 	clock  *testclock.Clock
@@ -86,25 +87,33 @@ func newEnv(t *testing.T, yaml string, o rlqs.Options) *env {
 		o.Store = e.shares
 	}
 	e.svc = rlqs.New(o)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(rlqs.TagConnections())
 	rlqsv3.RegisterRateLimitQuotaServiceServer(srv, e.svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(ln)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.addr = ln.Addr().String()
 	t.Cleanup(func() {
-		conn.Close()
 		e.svc.Stop()
 		srv.Stop()
 		e.svc.Wait()
 	})
-	e.client = rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	e.client = e.dial(t)
 	return e
+}
+
+// dial opens a client connection of its own to the server, closed when the
+// test ends.
+func (e *env) dial(t *testing.T) rlqsv3.RateLimitQuotaServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlqsv3.NewRateLimitQuotaServiceClient(conn)
 }
 
 type qstream = grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
@@ -237,6 +246,26 @@ func (e *env) gauge(t *testing.T, name string) float64 {
 		}
 	}
 	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// counter reads the counter called name whose one label has value label.
+func (e *env) counter(t *testing.T, name, label string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
 	return 0
 }
 
@@ -494,7 +523,9 @@ func (failingStore) Release(context.Context, []limiter.Claim) error {
 
 // TestStoreFailure: when the store fails, the domain's failure mode answers
 // the shared buckets and the stream goes on; other buckets are answered as
-// usual. Past MaxBuckets, a bucket is answered the same way.
+// usual. A bucket past MaxBuckets is not answered by the failure mode (an
+// end client filling the bound would make every new bucket take it): its
+// rule answers, a shared limit from the rule's overflow share.
 func TestStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
@@ -524,17 +555,15 @@ func TestStoreFailure(t *testing.T) {
 		})
 		t.Run(tc.mode+"/past max buckets", func(t *testing.T) {
 			e := newEnv(t, testYAML+"failure_mode: "+tc.mode+"\n", rlqs.Options{MaxBuckets: 1})
-			resp := exchange(t, e.open(t), reports("d", usage(1, 0, "internal", "i"), usage(1, 0, "blocked", "x"), usage(1, 0, "internal", "i")))
+			resp := exchange(t, e.open(t), reports("d", usage(1, 0, "internal", "i"), usage(1, 0, "blocked", "x"),
+				usage(1, 0, "internal", "i"), usage(1, 0, "api_key", "k")))
 			var got []string
 			for _, a := range resp.GetBucketAction() {
 				got = append(got, strategy(a))
 			}
-			want := "allow_all ttl 10s"
-			if tc.want != "" {
-				want += ", " + tc.want
-			}
+			want := "allow_all ttl 10s, deny_all ttl 10s, tb 10/10 per 1s ttl 10s"
 			if strings.Join(got, ", ") != want {
-				t.Errorf("actions %q, want %q (the tracked bucket once, the one past the maximum by failure mode)", got, want)
+				t.Errorf("actions %q, want %q (the tracked bucket once, those past the maximum by their rules, never by the failure mode)", got, want)
 			}
 		})
 	}

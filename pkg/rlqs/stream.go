@@ -26,10 +26,14 @@ const (
 
 // stream is one Envoy stream's state; only its handler touches it.
 type stream struct {
-	holder  string // the stream's name in the store
-	domain  string // set by the first report
+	holder  string      // the stream's name in the store
+	domain  string      // set by the first report
+	conn    *connection // the client connection it is open on; nil if untagged
 	buckets map[string]*bucket
 	groups  map[groupID]*group
+	// overflow are the groups that buckets past a bound were answered
+	// from (overflow.go), kept while what they handed out is live.
+	overflow map[groupID]*group
 
 	reports    uint64    // reports handled
 	lastReport time.Time // when the previous report arrived
@@ -54,6 +58,14 @@ type group struct {
 	rate    float64       // hits/s of its buckets, summed at the last claim
 	claimed uint64        // the report in which it last claimed
 	members []*bucket     // the buckets counted in buckets
+
+	// For buckets past a bound (overflow.go): perValue marks a group whose
+	// buckets past a bound each count on a counter of their own, so each is
+	// assigned the whole share; overN counts those of the report being
+	// answered; handed is what they were assigned, one entry per report.
+	perValue bool
+	overN    int
+	handed   []heldPart
 }
 
 // heldPart is one bucket's last assigned part of a group's share, live in
@@ -90,6 +102,7 @@ type bucket struct {
 	idleSince time.Time // since when its reports hold no request; zero if they do
 	report    uint64    // the stream's report that last held it
 	abandon   bool      // answered with an AbandonAction: forget it
+	over      bool      // past a bound: untracked, answered from overflow groups for one report
 }
 
 // bind resolves b's policy in cfg from its bucket id and attaches it to the
@@ -105,24 +118,30 @@ func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *desc
 	if b.policy == policyShare {
 		key := ratelimit.CounterKey(dom.Name, entries, rule)
 		for _, l := range rule.Limits {
-			if !l.Algorithm.Traits().Shares {
-				continue
+			if l.Algorithm.Traits().Shares {
+				gs = append(gs, s.groupOf(st, key, "", l))
 			}
-			// A rule's limits differ by window or algorithm.
-			gid := groupID{key + "\x00" + strconv.Itoa(int(l.Algorithm)), l.Window()}
-			g := st.groups[gid]
-			if g == nil {
-				g = &group{claim: limiter.Claim{Key: gid.key, Window: gid.window, Holder: st.holder, Hold: s.opts.AssignmentTTL + holdGrace}}
-				st.groups[gid] = g
-			}
-			g.claim.Limit, g.burst = uint64(l.RequestsPerUnit), 0
-			if l.Algorithm.Traits().Burst {
-				g.burst = uint64(cmp.Or(l.Burst, l.RequestsPerUnit))
-			}
-			gs = append(gs, g)
 		}
 	}
 	return st.regroup(b, gs)
+}
+
+// groupOf is the stream's group of limit l of the rule whose buckets count
+// under key, made if new. The group's identity is key, l's algorithm (a
+// rule's limits differ by window or algorithm) and suffix, then l's
+// window; its limit and burst follow the config in force.
+func (s *Service) groupOf(st *stream, key, suffix string, l *descriptors.Limit) *group {
+	gid := groupID{key + "\x00" + strconv.Itoa(int(l.Algorithm)) + suffix, l.Window()}
+	g := st.groups[gid]
+	if g == nil {
+		g = &group{claim: limiter.Claim{Key: gid.key, Window: gid.window, Holder: st.holder, Hold: s.opts.AssignmentTTL + holdGrace}}
+		st.groups[gid] = g
+	}
+	g.claim.Limit, g.burst = uint64(l.RequestsPerUnit), 0
+	if l.Algorithm.Traits().Burst {
+		g.burst = uint64(cmp.Or(l.Burst, l.RequestsPerUnit))
+	}
+	return g
 }
 
 // regroup moves b from its groups to gs and returns the claims of the
@@ -142,7 +161,7 @@ func (st *stream) regroup(b *bucket, gs []*group) []limiter.Claim {
 		if i := slices.Index(old.members, b); i >= 0 {
 			old.members = slices.Delete(old.members, i, i+1)
 		}
-		if old.buckets--; old.buckets == 0 {
+		if old.buckets--; old.buckets == 0 && len(old.handed) == 0 {
 			delete(st.groups, old.id())
 			release = append(release, old.claim)
 		}

@@ -12,7 +12,7 @@
 //
 // It does not own matching, counting, failure modes or metrics of decisions
 // (pkg/ratelimit), config loading (pkg/descriptors) or transport
-// (cmd/server). Imports point one way: cmd/server -> pkg/rls ->
+// (internal/app). Imports point one way: internal/app -> pkg/rls ->
 // pkg/ratelimit -> {pkg/descriptors, pkg/limiter}.
 //
 // # Decisions Envoy's protocol leaves open

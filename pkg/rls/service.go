@@ -39,7 +39,7 @@ type Options struct {
 	// Decider makes every decision. Required.
 	Decider *ratelimit.Service
 	// Headers selects the response header sets; zero sends none.
-	// cmd/server's default is HeadersDraft.
+	// The server's default (--response-headers) is HeadersDraft.
 	Headers HeaderSet
 	// CompatNames are the names of the HeadersCompat headers: the limit, the
 	// remaining and the reset (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER,

@@ -12,7 +12,7 @@ import (
 )
 
 // Span attributes of a ShouldRateLimit call (OpenTelemetry). The span is
-// the caller's: cmd/server's gRPC stats handler starts one per call,
+// the caller's: internal/app's gRPC stats handler starts one per call,
 // continuing the trace context Envoy sent in the call's metadata.
 const (
 	// AttrDomain is the request's domain.

@@ -12,9 +12,9 @@ import (
 // [1-Jitter, 1+Jitter], so that many clients that lost the same server do
 // not come back at once.
 type Backoff struct {
-	// Initial is the first step; 0 means 500ms.
+	// Initial is the first step; 0 means DefaultBackoffInitial (500ms).
 	Initial time.Duration
-	// Max is the largest step; 0 means 30s. A wait is at most
+	// Max is the largest step; 0 means DefaultBackoffMax (30s). A wait is at most
 	// Max*(1+Jitter).
 	Max time.Duration
 	// Jitter is the random factor's spread, from 0 (every wait is the
@@ -22,10 +22,12 @@ type Backoff struct {
 	Jitter float64
 }
 
-// Defaults of Backoff.
+// Defaults of Backoff, which the server's --xds-backoff-* settings read.
 const (
-	defaultBackoffInitial = 500 * time.Millisecond
-	defaultBackoffMax     = 30 * time.Second
+	// DefaultBackoffInitial is Backoff.Initial when zero.
+	DefaultBackoffInitial = 500 * time.Millisecond
+	// DefaultBackoffMax is Backoff.Max when zero.
+	DefaultBackoffMax = 30 * time.Second
 )
 
 // backoff is the state of a Backoff: the number of attempts since the
@@ -38,10 +40,10 @@ type backoff struct {
 
 func newBackoff(b Backoff) *backoff {
 	if b.Initial <= 0 {
-		b.Initial = defaultBackoffInitial
+		b.Initial = DefaultBackoffInitial
 	}
 	if b.Max <= 0 {
-		b.Max = defaultBackoffMax
+		b.Max = DefaultBackoffMax
 	}
 	b.Max = max(b.Max, b.Initial)
 	b.Jitter = min(max(b.Jitter, 0), 1)

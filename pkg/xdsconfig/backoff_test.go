@@ -39,7 +39,7 @@ func TestBackoff(t *testing.T) {
 		t.Errorf("after many attempts: %v, want the 1s cap", d)
 	}
 	d := newBackoff(Backoff{})
-	if d.Initial != defaultBackoffInitial || d.Max != defaultBackoffMax || d.Jitter != 0 {
+	if d.Initial != DefaultBackoffInitial || d.Max != DefaultBackoffMax || d.Jitter != 0 {
 		t.Errorf("defaults = %+v", d.Backoff)
 	}
 }

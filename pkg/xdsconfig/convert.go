@@ -63,8 +63,8 @@ func nodes(ds []*rlsconfv3.RateLimitDescriptor) []*descriptors.Node {
 			Value:          descriptors.Set(d.GetValue()),
 			RateLimit:      rateLimit(d.GetRateLimit()),
 			Descriptors:    nodes(d.GetDescriptors()),
-			ShadowMode:     d.GetShadowMode(),
-			DetailedMetric: d.GetDetailedMetric(),
+			ShadowMode:     descriptors.Set(d.GetShadowMode()),
+			DetailedMetric: descriptors.Set(d.GetDetailedMetric()),
 		}
 	}
 	return out

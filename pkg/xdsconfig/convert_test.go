@@ -104,7 +104,7 @@ func TestDocument(t *testing.T) {
 	}
 	n := doc.Descriptors[0]
 	rl := n.RateLimit
-	if n.Key != descriptors.Set("k") || n.Value != descriptors.Set("v") || !n.ShadowMode || !n.DetailedMetric ||
+	if n.Key != descriptors.Set("k") || n.Value != descriptors.Set("v") || n.ShadowMode != descriptors.Set(true) || n.DetailedMetric != descriptors.Set(true) ||
 		rl.Unit != descriptors.Set("WEEK") || rl.RequestsPerUnit != descriptors.Set(uint32(0)) || rl.Name != descriptors.Set("lim") ||
 		rl.Unlimited != descriptors.Set(false) || len(rl.Replaces.Value) != 1 || rl.Replaces.Value[0].Name != descriptors.Set("other") {
 		t.Errorf("descriptors[0] = %+v, rate_limit %+v", n, rl)

@@ -15,11 +15,11 @@
 // config, reconnects with jittered backoff, and answers a server that
 // re-sends a refused snapshot without building it again.
 //
-// It does not decide what to do with a config (cmd/server's config state
-// swaps it in, counts and shows it), and it does not read settings or
+// It does not decide what to do with a config (internal/source's State
+// swaps it in and counts it, internal/app shows it), and it does not read settings or
 // files: the caller gives it a TLS config and a node.
 //
-// In the import chain it sits beside pkg/rls, under cmd/server: it imports
+// In the import chain it sits beside pkg/rls, under internal/source: it imports
 // pkg/descriptors, go-control-plane's protos and gRPC, and nothing of
 // pkg/ratelimit, pkg/rls or pkg/redis.
 package xdsconfig

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -300,8 +301,11 @@ func quotaExchange(t *testing.T, s *sluice, r *rlqsv3.RateLimitQuotaUsageReports
 
 // TestQuotaGlobalBounds: the binary bounds the buckets of all streams
 // together (--rlqs-max-total-buckets) and the streams
-// (--rlqs-max-streams). A bucket past the total is answered by the failure
-// mode (deny here), a stream past the bound ends with RESOURCE_EXHAUSTED
+// (--rlqs-max-streams). A new bucket past the total, with no idle bucket
+// to take the place of, is answered from its rule's overflow limit (never
+// by the failure mode, deny here): each stream's over-bound buckets get
+// its whole share of it, and the shares of two streams add up to at most
+// the rule's limit. A stream past the bound ends with RESOURCE_EXHAUSTED
 // naming the setting, and both are counted.
 func TestQuotaGlobalBounds(t *testing.T) {
 	dir := t.TempDir()
@@ -311,25 +315,27 @@ func TestQuotaGlobalBounds(t *testing.T) {
 	s := startSluice(t, "--config", dir, "--redis-url", "redis://"+redistest.Addr(t)+"/0",
 		"--redis-prefix", redistest.Prefix(t.Name()), "--failure-mode", "deny",
 		"--rlqs-max-buckets", "5", "--rlqs-max-total-buckets", "8", "--rlqs-max-streams", "3")
-	actions := func(resp *rlqsv3.RateLimitQuotaResponse) (shared, denied int) {
-		for _, a := range resp.GetBucketAction() {
-			if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil {
-				shared++
-			} else {
-				denied++
-			}
-		}
-		return shared, denied
-	}
-	for i, want := range [][2]int{{5, 0}, {3, 2}, {0, 5}} {
+	var over []uint32 // the fill of stream 1's and 2's buckets past the total
+	for i, tracked := range []int{5, 3, 0} {
 		resp, err := quotaExchange(t, s, manyBuckets(strconv.Itoa(i)+"-", 5))
 		if err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
-		if shared, denied := actions(resp); shared != want[0] || denied != want[1] {
-			t.Errorf("stream %d, 5 new buckets, 8 at most in all: %d token buckets and %d DENY_ALL, want %d and %d",
-				i, shared, denied, want[0], want[1])
+		fills := quotaFills(resp)
+		if len(fills) != 5 || slices.Contains(fills, 0) {
+			t.Fatalf("stream %d, 5 new buckets, 8 at most in all: fills %v, want 5 token buckets", i, fills)
 		}
+		if tracked < 5 {
+			over = append(over, fills[4])
+			for _, f := range fills[tracked:] {
+				if f != fills[4] {
+					t.Errorf("stream %d's buckets past the bound: fills %v, want one share each", i, fills[tracked:])
+				}
+			}
+		}
+	}
+	if over[0]+over[1] > quotaLimit {
+		t.Errorf("overflow shares of streams 1 and 2 = %v, more than the limit %d together", over, quotaLimit)
 	}
 	_, err := quotaExchange(t, s, manyBuckets("x-", 1))
 	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "3 streams are open, the most --rlqs-max-streams allows") {
@@ -339,15 +345,170 @@ func TestQuotaGlobalBounds(t *testing.T) {
 	if got := m[`sluice_rlqs_buckets`]; got != 8 {
 		t.Errorf("sluice_rlqs_buckets = %v, want 8", got)
 	}
-	if b, st := m[`sluice_rlqs_refused_total{bound="max_total_buckets"}`], m[`sluice_rlqs_refused_total{bound="max_streams"}`]; b != 7 || st != 1 {
-		t.Errorf("refused: %v buckets, %v streams, want 7 and 1", b, st)
+	if b, st := m[`sluice_rlqs_overflowed_total{bound="max_total_buckets"}`], m[`sluice_rlqs_refused_total{bound="max_streams"}`]; b != 7 || st != 1 {
+		t.Errorf("overflowed %v buckets, refused %v streams, want 7 and 1", b, st)
 	}
 	if r := s.call(t, "quota", []string{"api_key", "after"}); r.GetOverallCode().String() != "OK" {
 		t.Errorf("ShouldRateLimit beside full quota streams: %v", r)
 	}
 }
 
-// TestQuotaMemoryDefaults: at the default bounds (the failure mode aside), 8 streams of 10,000 new
+// quotaFills is the tokens_per_fill of each action of resp, in order: 0
+// for anything but a token bucket.
+func quotaFills(resp *rlqsv3.RateLimitQuotaResponse) []uint32 {
+	var out []uint32
+	for _, a := range resp.GetBucketAction() {
+		out = append(out, a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue())
+	}
+	return out
+}
+
+// TestQuotaOneClientFillsBound is the regression test, against the binary,
+// of an end client that fills --rlqs-max-buckets with buckets built from
+// its own header values (api_key here), all busy, on an Envoy whose
+// no_assignment_behavior would allow all (--failure-mode allow answered
+// them so): a new tenant's bucket past the bound is still limited, by its
+// rule's overflow share; once the client's buckets go idle, one of them is
+// abandoned and the tenant takes its place.
+func TestQuotaOneClientFillsBound(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSluice(t, "--config", dir, "--redis-url", "redis://"+redistest.Addr(t)+"/0",
+		"--redis-prefix", redistest.Prefix(t.Name()), "--failure-mode", "allow", "--rlqs-max-buckets", "20")
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(s.Conn).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(floodRequests uint64) *rlqsv3.RateLimitQuotaResponse {
+		t.Helper()
+		r := manyBuckets("evil-", 20)
+		for _, u := range r.BucketQuotaUsages {
+			u.NumRequestsAllowed = floodRequests
+		}
+		r.BucketQuotaUsages = append(r.BucketQuotaUsages, manyBuckets("tenant-", 1).BucketQuotaUsages...)
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if err := stream.Send(manyBuckets("evil-", 20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	busy := report(50)
+	tenant := busy.GetBucketAction()[20]
+	if fill := quotaFills(busy)[20]; fill == 0 || fill > quotaLimit {
+		t.Errorf("the tenant past the bound of 20 busy buckets: %v, want a token bucket of at most the rule's %d/s", tenant, quotaLimit)
+	}
+	idle := report(0)
+	abandoned := 0
+	for _, a := range idle.GetBucketAction()[:20] {
+		if a.GetAbandonAction() != nil {
+			abandoned++
+		}
+	}
+	if fill := quotaFills(idle)[20]; abandoned != 1 || fill == 0 || fill > quotaLimit {
+		t.Errorf("the client's buckets idle: %d of them abandoned, the tenant %v; want 1 and a token bucket of at most %d/s",
+			abandoned, idle.GetBucketAction()[20], quotaLimit)
+	}
+	m := metrics(t, s)
+	if o, e := m[`sluice_rlqs_overflowed_total{bound="max_buckets"}`], m[`sluice_rlqs_evicted_total{bound="max_buckets"}`]; o != 1 || e != 1 {
+		t.Errorf("overflowed %v and evicted %v under max_buckets, want 1 and 1", o, e)
+	}
+	if got := m[`sluice_rlqs_buckets`]; got != 20 {
+		t.Errorf("sluice_rlqs_buckets = %v, want 20", got)
+	}
+}
+
+// TestQuotaStreamsPerConnection is the regression test, against the
+// binary at its default bounds, of one client connection that opens 500
+// idle quota streams: past --rlqs-max-streams-per-connection its streams
+// end with RESOURCE_EXHAUSTED naming the setting, and another connection's
+// streams, the one open before and one opened after, are served.
+func TestQuotaStreamsPerConnection(t *testing.T) {
+	s := startSluice(t, "--config", "config")
+	usage := func(key string) *rlqsv3.RateLimitQuotaUsageReports {
+		return &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"api_key": key}}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}}}
+	}
+	victim := rlqsv3.NewRateLimitQuotaServiceClient(s.Conn)
+	open := func(c rlqsv3.RateLimitQuotaServiceClient) grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse] {
+		stream, err := c.StreamRateLimitQuotas(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stream
+	}
+	served := func(what string, stream grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) {
+		t.Helper()
+		if err := stream.Send(usage("victim")); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		if resp, err := stream.Recv(); err != nil || len(resp.GetBucketAction()) != 1 {
+			t.Errorf("%s: %v, %v; want one action", what, resp, err)
+		}
+	}
+	before := open(victim)
+	served("the other connection's stream before the flood", before)
+
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	floodCtx, stopFlood := context.WithCancel(t.Context())
+	defer stopFlood()
+	ended := make(chan error, 500) // what ended each flood stream the server ended
+	for range 500 {
+		stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(floodCtx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := stream.Recv()
+			ended <- err
+		}()
+	}
+	// Each stream is open or refused once the server has seen it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := metrics(t, s)
+		if m["sluice_rlqs_streams"]+m[`sluice_rlqs_refused_total{bound="max_streams"}`]+
+			m[`sluice_rlqs_refused_total{bound="max_streams_per_connection"}`] == 501 {
+			t.Logf("500 streams on one connection: %v open in all, refused %v past max_streams, %v past max_streams_per_connection",
+				m["sluice_rlqs_streams"], m[`sluice_rlqs_refused_total{bound="max_streams"}`], m[`sluice_rlqs_refused_total{bound="max_streams_per_connection"}`])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not see the 500 streams: %v open", m["sluice_rlqs_streams"])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	served("the other connection's stream open before", before)
+	served("a new stream on the other connection", open(victim))
+	refused, want := 0, 500-rlqs.DefaultMaxStreamsPerConnection
+	for timeout := time.After(5 * time.Second); refused < want; {
+		select {
+		case err := <-ended:
+			if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "the most --rlqs-max-streams-per-connection allows") {
+				t.Fatalf("a stream of the flood ended with %v, want RESOURCE_EXHAUSTED naming --rlqs-max-streams-per-connection", err)
+			}
+			refused++
+		case <-timeout:
+			t.Fatalf("%d streams of 500 on one connection refused, want %d", refused, want)
+		}
+	}
+}
+
+// TestQuotaMemoryDefaults: at the default settings, 8 streams of 10,000 new
 // buckets each (every one its own limit, the in-memory store holding the
 // shares: the worst case) leave 50,000 buckets tracked, the heap in use
 // under 100 MiB and the resident memory, without the GOMEMLIMIT the shipped
@@ -357,9 +518,9 @@ func TestQuotaMemoryDefaults(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "quota.yaml"), []byte(quotaYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// --failure-mode deny answers the buckets past the bound (error, the
-	// default, answers them with no action and so sends no response).
-	s := startSluice(t, "--config", dir, "--failure-mode", "deny")
+	// The buckets past the bound are answered from the overflow limit, so
+	// every report gets a response at the default failure mode too.
+	s := startSluice(t, "--config", dir)
 	before := processMemory(t, s)
 	for i := range 8 {
 		start := time.Now()

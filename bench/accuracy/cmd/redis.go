@@ -30,7 +30,7 @@ func redisCost(w io.Writer, addr string, l limiter.Limit, vs []accuracy.Variant,
 	for _, v := range vs {
 		var now int64 = 1_767_225_600_000
 		s := redis.New(c, redis.Options{Prefix: "acc:" + strings.ReplaceAll(v.Name, " ", "") + ":", CallTimeout: time.Second,
-			Now: func() time.Time { return time.UnixMilli(now) }})
+			LeaseRate: redis.DefaultLeaseRate, Now: func() time.Time { return time.UnixMilli(now) }})
 		lv := v.Of(l)
 		step := l.Window.Milliseconds() / int64(l.Requests) * 2 / 3 / int64(keys)
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
