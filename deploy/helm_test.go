@@ -68,10 +68,20 @@ type chartCase struct {
 	kinds  []string // "Kind name" of every object, sorted
 }
 
+// envoyPeers is the networkPolicy.envoy of every case: the Istio ingress
+// gateway's pods.
+const envoyPeers = `networkPolicy:
+  envoy:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: istio-system}}
+      podSelector: {matchLabels: {istio: ingressgateway}}
+`
+
 var chartCases = []chartCase{
-	{"defaults with a Redis URL", "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n",
+	{"defaults with a Redis URL", "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n" + envoyPeers,
+		[]string{"ConfigMap sluice-config", "Deployment sluice", "NetworkPolicy sluice", "PodDisruptionBudget sluice", "Service sluice", "ServiceAccount sluice"}},
+	{"no NetworkPolicy", "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\nnetworkPolicy:\n  enabled: false\n",
 		[]string{"ConfigMap sluice-config", "Deployment sluice", "PodDisruptionBudget sluice", "Service sluice", "ServiceAccount sluice"}},
-	{"Redis URL from a Secret, HPA, ServiceMonitor, own config", `redis:
+	{"Redis URL from a Secret, HPA, ServiceMonitor, own config", envoyPeers + `redis:
   existingSecret: sluice-redis
 image:
   repository: registry.example.com/sluice
@@ -90,7 +100,7 @@ config:
       descriptors:
         - key: remote_address
           rate_limit: {unit: second, requests_per_unit: 10}
-`, []string{"ConfigMap sluice-config", "Deployment sluice", "HorizontalPodAutoscaler sluice", "PodDisruptionBudget sluice",
+`, []string{"ConfigMap sluice-config", "Deployment sluice", "HorizontalPodAutoscaler sluice", "NetworkPolicy sluice", "PodDisruptionBudget sluice",
 		"Service sluice", "ServiceAccount sluice", "ServiceMonitor sluice"}},
 }
 
@@ -159,6 +169,9 @@ func checkChart(m *manifests, srcDir string) []error {
 	}
 	errs = append(errs, checkSluice(m, d, sl)...)
 	errs = append(errs, checkRedisSecret(d)...)
+	if len(m.netpols) > 0 { // the chart's is optional (networkPolicy.enabled)
+		errs = append(errs, checkNetworkPolicies(m)...)
+	}
 	for _, name := range slices.Sorted(maps.Keys(m.monitors)) {
 		errs = append(errs, checkMonitor(m, m.monitors[name], sl)...)
 	}
@@ -257,9 +270,13 @@ func TestHelmConfigIsRepoConfig(t *testing.T) {
 // checks bite: each case gives values a person might, and the render or
 // the checks must report it.
 func TestHelmChartRejects(t *testing.T) {
-	const redis = "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n"
+	const redis = "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n" + envoyPeers
 	for _, tc := range []struct{ name, values, want string }{
-		{"no Redis", "{}", "set redis.url or redis.existingSecret"},
+		{"no Redis", envoyPeers, "set redis.url or redis.existingSecret"},
+		{"no Envoy selector", "redis:\n  url: redis://r.cache.svc:6379/0\n", "set networkPolicy.envoy to select your Envoy's pods"},
+		{"Envoy from every namespace", "redis:\n  url: redis://r.cache.svc:6379/0\nnetworkPolicy:\n  envoy:\n    - namespaceSelector: {}\n", "every namespace"},
+		{"scraper from every source", redis + "  scraper:\n    - ipBlock: {cidr: 0.0.0.0/0}\n", "admits 0.0.0.0/0"},
+		{"misspelt peer", "redis:\n  url: redis://r.cache.svc:6379/0\nnetworkPolicy:\n  envoy:\n    - podSelectr: {}\n", "podSelectr"},
 		{"one replica", redis + "replicaCount: 1\n", "/replicaCount"},
 		{"misspelt value", redis + "replicas: 3\n", "'replicas' not allowed"},
 		{"latest tag", redis + "image:\n  tag: latest\n", "/image/tag"},
@@ -295,7 +312,7 @@ func TestHelmChartRejects(t *testing.T) {
 // TestHelmChartNames: a release whose name does not say sluice gets its
 // objects named release-sluice, and every reference follows.
 func TestHelmChartNames(t *testing.T) {
-	out, err := render(t, "edge", "rate-limit", "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n")
+	out, err := render(t, "edge", "rate-limit", "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n"+envoyPeers)
 	if err != nil {
 		t.Fatal(err)
 	}

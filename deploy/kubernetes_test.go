@@ -28,7 +28,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -132,6 +134,17 @@ func TestKubernetesRejects(t *testing.T) {
 		{"redis url to no service", "deployment.yaml", "redis://sluice-redis:6379/0", "redis://redis:6379/0", `no Service "redis"`},
 		{"wrong namespace", "pdb.yaml", "namespace: sluice", "namespace: default", `namespace "default"`},
 		{"resource file missing", "kustomization.yaml", "  - pdb.yaml\n", "  - pdb.yaml\n  - hpa.yaml\n", "hpa.yaml"},
+		{"no network policy", "kustomization.yaml", "  - networkpolicy.yaml\n", "", "no NetworkPolicy sluice"},
+		{"network policy selects no sluice pod", "networkpolicy.yaml", "component: rate-limit-service", "component: ratelimit", "Deployment sluice: no NetworkPolicy"},
+		{"grpc from every source", "networkpolicy.yaml", "    - from:\n        - namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: istio-system\n          podSelector:\n            matchLabels:\n              istio: ingressgateway\n      ports:",
+			"    - ports:", "admits every source"},
+		{"scraper from any namespace", "networkpolicy.yaml", "namespaceSelector:\n            matchLabels:\n              kubernetes.io/metadata.name: monitoring\n", "namespaceSelector: {}\n", "every namespace"},
+		{"grpc on every port", "networkpolicy.yaml", "      ports:\n        - port: grpc\n          protocol: TCP\n", "", "admits every port"},
+		{"http beside grpc", "networkpolicy.yaml", "        - port: grpc\n", "        - port: grpc\n        - port: http\n", "admits both gRPC and HTTP"},
+		{"redis from every pod", "redis.yaml", "    - from:\n        - podSelector:\n            matchLabels:\n              app.kubernetes.io/name: sluice\n              app.kubernetes.io/component: rate-limit-service\n      ports:", "    - ports:", "admits every source"},
+		{"redis that never evicts", "redis.yaml", `"--maxmemory-policy", "allkeys-lru"`, `"--maxmemory-policy", "noeviction"`, `--maxmemory-policy "noeviction"`},
+		{"redis without a memory cap", "redis.yaml", `, "--maxmemory", "192mb"`, "", `--maxmemory ""`},
+		{"redis capped at its limit", "redis.yaml", `"--maxmemory", "192mb"`, `"--maxmemory", "256mb"`, "over 80% of the memory limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := copyDir(t, kustomizeDir)
@@ -244,6 +257,7 @@ type manifests struct {
 	configMaps  map[string]*corev1.ConfigMap // from configMapGenerator, or rendered
 	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
 	monitors    map[string]*serviceMonitor
+	netpols     map[string]*networkingv1.NetworkPolicy
 }
 
 func newManifests(k *kustomization) *manifests {
@@ -255,6 +269,7 @@ func newManifests(k *kustomization) *manifests {
 		configMaps:  map[string]*corev1.ConfigMap{},
 		hpas:        map[string]*autoscalingv2.HorizontalPodAutoscaler{},
 		monitors:    map[string]*serviceMonitor{},
+		netpols:     map[string]*networkingv1.NetworkPolicy{},
 	}
 }
 
@@ -278,6 +293,8 @@ func newObject(apiVersion, kind string) any {
 		return &autoscalingv2.HorizontalPodAutoscaler{}
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return &serviceMonitor{}
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
 	}
 	return nil
 }
@@ -360,6 +377,8 @@ func (m *manifests) index() {
 			m.hpas[o.name] = v
 		case *serviceMonitor:
 			m.monitors[o.name] = v
+		case *networkingv1.NetworkPolicy:
+			m.netpols[o.name] = v
 		}
 	}
 }
@@ -461,7 +480,59 @@ func check(dir, srcDir string) []error {
 	if d := m.deployments[sluiceName]; d != nil {
 		errs = append(errs, checkSluice(m, d, sl)...)
 	}
+	if d := m.deployments[redisName]; d != nil {
+		errs = append(errs, checkRedisMemory(d)...)
+	}
+	return append(errs, checkNetworkPolicies(m)...)
+}
+
+// checkRedisMemory checks that the bundled Redis caps its memory below its
+// container's limit and evicts when full: with Redis's default policy,
+// noeviction, a full Redis refuses every write, so a flood of distinct
+// descriptor values would fail every decision. Every Sluice key has a TTL,
+// so allkeys-lru and volatile-lru both evict counters.
+func checkRedisMemory(d *appsv1.Deployment) []error {
+	var errs []error
+	for _, c := range d.Spec.Template.Spec.Containers {
+		where := fmt.Sprintf("Deployment %s: container %s", d.Name, c.Name)
+		args := append(slices.Clone(c.Command), c.Args...)
+		flag := func(name string) string {
+			if i := slices.Index(args, "--"+name); i >= 0 && i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		}
+		if p := flag("maxmemory-policy"); p != "allkeys-lru" && p != "volatile-lru" {
+			errs = append(errs, fmt.Errorf("%s: --maxmemory-policy %q, want allkeys-lru or volatile-lru (noeviction, Redis's default, fails every decision once Redis is full)", where, p))
+		}
+		limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+		n, err := redisBytes(flag("maxmemory"))
+		switch {
+		case err != nil || n == 0:
+			errs = append(errs, fmt.Errorf("%s: --maxmemory %q: want a size such as 192mb (%v)", where, flag("maxmemory"), err))
+		case !ok || n > limit.Value()*8/10:
+			errs = append(errs, fmt.Errorf("%s: --maxmemory %s is over 80%% of the memory limit %s: Redis needs room for buffers and fragmentation", where, flag("maxmemory"), limit.String()))
+		}
+	}
 	return errs
+}
+
+// redisBytes parses a Redis memory size: bytes, or a number with k, kb, m,
+// mb, g or gb (k is 1000, kb 1024, as Redis reads them).
+func redisBytes(v string) (int64, error) {
+	v = strings.ToLower(v)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n * mult, err
 }
 
 // checkInventory checks the kustomization itself, that every expected
@@ -504,7 +575,7 @@ func checkInventory(m *manifests) []error {
 	}
 	for _, want := range []string{
 		"Namespace " + namespace, "Deployment " + sluiceName, "Service " + sluiceName,
-		"PodDisruptionBudget " + sluiceName, "ConfigMap " + configMap,
+		"PodDisruptionBudget " + sluiceName, "ConfigMap " + configMap, "NetworkPolicy " + sluiceName,
 		"Deployment " + redisName, "Service " + redisName,
 	} {
 		if _, ok := seen[want]; !ok {
@@ -957,4 +1028,92 @@ func checkRedisURL(m *manifests, where, u string) []error {
 		}
 	}
 	return []error{fmt.Errorf("%s: SLUICE_REDIS_URL port %s is not a port of Service %s", where, port, host)}
+}
+
+// checkNetworkPolicies checks that NetworkPolicies keep the Sluice pods
+// (and the bundled Redis's) from every other pod of the cluster: gRPC from
+// the peers the policy names (Envoy's pods), HTTP from others (the
+// scraper), never both in one rule, no rule open to every source, every
+// namespace or every port, and every admitted port one the pods have. The
+// Redis pods admit the Sluice pods alone.
+func checkNetworkPolicies(m *manifests) []error {
+	var errs []error
+	for _, name := range []string{sluiceName, redisName} {
+		d := m.deployments[name]
+		if d == nil {
+			continue
+		}
+		var rules []networkingv1.NetworkPolicyIngressRule
+		for _, np := range m.netpols {
+			if sel := np.Spec.PodSelector; len(sel.MatchExpressions) == 0 && (len(sel.MatchLabels) == 0 || selects(sel.MatchLabels, d.Spec.Template.Labels)) &&
+				slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+				rules = append(rules, np.Spec.Ingress...)
+			}
+		}
+		if len(rules) == 0 {
+			errs = append(errs, fmt.Errorf("Deployment %s: no NetworkPolicy with Ingress rules selects its pods: every pod of the cluster reaches them", name))
+			continue
+		}
+		admitted := map[string]bool{}
+		for i, r := range rules {
+			where := fmt.Sprintf("Deployment %s: NetworkPolicy ingress rule %d", name, i)
+			errs = append(errs, checkPeers(where, r.From)...)
+			if len(r.Ports) == 0 {
+				errs = append(errs, fmt.Errorf("%s admits every port", where))
+			}
+			var ports []string
+			for _, p := range r.Ports {
+				if p.Port == nil {
+					errs = append(errs, fmt.Errorf("%s admits every port", where))
+					continue
+				}
+				cp, ok := containerPort(d, *p.Port)
+				if !ok {
+					errs = append(errs, fmt.Errorf("%s: port %s is no container port of its pods", where, p.Port.String()))
+				}
+				ports = append(ports, cp.Name)
+				admitted[cp.Name] = true
+			}
+			if slices.Contains(ports, grpcPortName) && slices.Contains(ports, httpPortName) {
+				errs = append(errs, fmt.Errorf("%s admits both gRPC and HTTP: gRPC is for Envoy, HTTP for the scraper", where))
+			}
+			var sluicePods map[string]string
+			if s := m.deployments[sluiceName]; s != nil {
+				sluicePods = s.Spec.Template.Labels
+			}
+			for _, peer := range r.From {
+				if name == redisName && (peer.PodSelector == nil || peer.NamespaceSelector != nil || !selects(peer.PodSelector.MatchLabels, sluicePods)) {
+					errs = append(errs, fmt.Errorf("%s admits other pods than Sluice's", where))
+				}
+			}
+		}
+		if want := map[string]string{sluiceName: grpcPortName, redisName: "redis"}[name]; !admitted[want] {
+			errs = append(errs, fmt.Errorf("Deployment %s: no NetworkPolicy rule admits port %s: its clients could not reach it", name, want))
+		}
+	}
+	return errs
+}
+
+// checkPeers reports the sources of a NetworkPolicy rule that admit more
+// than a few chosen pods: none (every source), an IP block of the whole
+// Internet, every namespace, or every pod of the policy's namespace.
+func checkPeers(where string, from []networkingv1.NetworkPolicyPeer) []error {
+	if len(from) == 0 {
+		return []error{fmt.Errorf("%s admits every source (no from)", where)}
+	}
+	empty := func(s *metav1.LabelSelector) bool {
+		return s != nil && len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+	}
+	var errs []error
+	for _, p := range from {
+		switch {
+		case p.IPBlock != nil && (p.IPBlock.CIDR == "0.0.0.0/0" || p.IPBlock.CIDR == "::/0"):
+			errs = append(errs, fmt.Errorf("%s admits %s", where, p.IPBlock.CIDR))
+		case empty(p.NamespaceSelector):
+			errs = append(errs, fmt.Errorf("%s admits pods of every namespace (namespaceSelector {})", where))
+		case p.NamespaceSelector == nil && p.IPBlock == nil && (p.PodSelector == nil || empty(p.PodSelector)):
+			errs = append(errs, fmt.Errorf("%s admits every pod of its namespace", where))
+		}
+	}
+	return errs
 }

@@ -334,6 +334,8 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
+	t.Run("redis evicts when full", func(t *testing.T) { checkRedisEvicts(t, c.Services["redis"]) })
+
 	t.Run("every envoy cluster is a service", func(t *testing.T) {
 		for _, cl := range b.GetStaticResources().GetClusters() {
 			host, port := clusterAddress(cl)
@@ -354,6 +356,26 @@ func TestCompose(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkRedisEvicts checks that the compose file's Redis caps its memory
+// and evicts when full: with Redis's default policy, noeviction, a full
+// Redis refuses every write, so a flood of distinct values fails every
+// decision. Every Sluice key has a TTL.
+func checkRedisEvicts(t *testing.T, s service) {
+	t.Helper()
+	flag := func(name string) string {
+		if i := slices.Index(s.Command, "--"+name); i >= 0 && i+1 < len(s.Command) {
+			return s.Command[i+1]
+		}
+		return ""
+	}
+	if p := flag("maxmemory-policy"); p != "allkeys-lru" && p != "volatile-lru" {
+		t.Errorf("redis: --maxmemory-policy %q, want allkeys-lru or volatile-lru (every Sluice key has a TTL)", p)
+	}
+	if m := flag("maxmemory"); m == "" || m == "0" {
+		t.Errorf("redis: --maxmemory %q, want a cap such as 256mb", m)
+	}
 }
 
 func mustExist(t *testing.T, what, p string) {

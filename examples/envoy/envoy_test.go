@@ -31,10 +31,14 @@ import (
 	// extension it names is linked in (the ones used by name above register
 	// themselves too).
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 )
 
 const (
 	envoyYAML = "envoy.yaml"
+	// internal names the listener of the services of one's own network,
+	// where x-internal-key and x-priority are trusted.
+	internal  = "internal"
 	configDir = "../../config"
 
 	// clientAddress is the address the simulated requests come from; it is
@@ -81,6 +85,11 @@ func TestEnvoyYAML(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	t.Run("the edge removes what clients must not set", func(t *testing.T) {
+		for _, err := range checkEdgeTrust(b) {
+			t.Error(err)
+		}
+	})
 	t.Run("every descriptor has a rule in config", func(t *testing.T) {
 		cfg := loadConfig(t, configDir)
 		sent, errs := simulate(b)
@@ -123,7 +132,8 @@ func TestEnvoyYAML(t *testing.T) {
 }
 
 // TestEnvoyYAMLRequests pins the descriptors Envoy sends for a few requests,
-// the ones the README and the integration scenario rely on.
+// the ones the README and the integration scenario rely on, on the edge
+// listener unless a case names the internal one.
 func TestEnvoyYAMLRequests(t *testing.T) {
 	b, err := parseBootstrap(readFile(t, envoyYAML))
 	if err != nil {
@@ -131,38 +141,50 @@ func TestEnvoyYAMLRequests(t *testing.T) {
 	}
 	ca := "remote_address=" + clientAddress
 	for _, tc := range []struct {
-		name    string
-		path    string
-		headers map[string]string
-		want    []string
+		name     string
+		listener string // "": edge
+		path     string
+		headers  map[string]string
+		want     []string
 	}{
-		{"keyed search", "/v1/search", map[string]string{"x-api-key": "alice"},
+		{"keyed search", "", "/v1/search", map[string]string{"x-api-key": "alice"},
 			[]string{"[api_key=alice]", "[api_key=alice, route=search]"}},
-		{"keyed search below the route", "/v1/search/recent", map[string]string{"x-api-key": "alice"},
+		{"keyed search below the route", "", "/v1/search/recent", map[string]string{"x-api-key": "alice"},
 			[]string{"[api_key=alice]", "[api_key=alice, route=search]"}},
-		{"not the search route", "/v1/searches", map[string]string{"x-api-key": "alice"},
+		{"not the search route", "", "/v1/searches", map[string]string{"x-api-key": "alice"},
 			[]string{"[api_key=alice]"}},
-		{"anonymous search", "/v1/search", nil, []string{"[" + ca + "]"}},
-		{"internal search", "/v1/search", map[string]string{"x-internal-key": "billing"},
+		{"anonymous search", "", "/v1/search", nil, []string{"[" + ca + "]"}},
+		{"internal search", internal, "/v1/search", map[string]string{"x-internal-key": "billing"},
 			[]string{"[api_key_internal=billing]"}},
-		{"both keys", "/v1/items", map[string]string{"x-api-key": "alice", "x-internal-key": "billing"},
+		{"both keys", internal, "/v1/items", map[string]string{"x-api-key": "alice", "x-internal-key": "billing"},
 			[]string{"[api_key=alice]", "[api_key_internal=billing]"}},
-		{"keyed report", "/v1/reports/q3.csv", map[string]string{"x-api-key": "bob"},
+		// The edge removes a client's x-internal-key: it is anonymous, or
+		// limited by its own key.
+		{"internal key from a client", "", "/v1/search", map[string]string{"x-internal-key": "billing"}, []string{"[" + ca + "]"}},
+		{"internal key beside an api key from a client", "", "/v1/items", map[string]string{"x-api-key": "alice", "x-internal-key": "billing"},
+			[]string{"[api_key=alice]"}},
+		{"keyed report", "", "/v1/reports/q3.csv", map[string]string{"x-api-key": "bob"},
 			[]string{"[api_key=bob]", "[path=/v1/reports/q3.csv]"}},
-		{"anonymous report", "/v1/reports/q3.csv", nil,
+		{"anonymous report", "", "/v1/reports/q3.csv", nil,
 			[]string{"[" + ca + "]", "[path=/v1/reports/q3.csv]"}},
-		{"keyed upload", "/v1/upload", map[string]string{"x-api-key": "bob"},
+		{"keyed upload", "", "/v1/upload", map[string]string{"x-api-key": "bob"},
 			[]string{"[api_key=bob]", "[generic_key=beta_upload]"}},
-		{"anonymous upload", "/v1/upload", nil, []string{"[" + ca + "]", "[generic_key=beta_upload]"}},
-		{"anonymous anything", "/", nil, []string{"[" + ca + "]"}},
-		{"critical checkout", "/v1/checkout", map[string]string{"x-api-key": "alice", "x-priority": "critical"},
+		{"anonymous upload", "", "/v1/upload", nil, []string{"[" + ca + "]", "[generic_key=beta_upload]"}},
+		{"anonymous anything", "", "/", nil, []string{"[" + ca + "]"}},
+		{"critical checkout", internal, "/v1/checkout", map[string]string{"x-api-key": "alice", "x-priority": "critical"},
 			[]string{"[api_key=alice]", "[pool=checkout_db, priority=critical]"}},
-		{"checkout without a class", "/v1/checkout", map[string]string{"x-api-key": "alice"},
+		{"checkout without a class", internal, "/v1/checkout", map[string]string{"x-api-key": "alice"},
 			[]string{"[api_key=alice]", "[pool=checkout_db]"}},
+		// On the edge every checkout is class default, whatever the client
+		// sends.
+		{"critical checkout from a client", "", "/v1/checkout", map[string]string{"x-api-key": "alice", "x-priority": "critical"},
+			[]string{"[api_key=alice]", "[pool=checkout_db, priority=default]"}},
+		{"client checkout without a class", "", "/v1/checkout", map[string]string{"x-api-key": "alice"},
+			[]string{"[api_key=alice]", "[pool=checkout_db, priority=default]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := newRequest(tc.path, tc.headers)
-			sent, err := sendFor(b, req)
+			sent, err := sendOn(b, tc.listener, req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,6 +202,61 @@ func TestEnvoyYAMLRequests(t *testing.T) {
 	}
 }
 
+// envoyRejects are TestEnvoyYAMLRejects's cases.
+var envoyRejects = []struct {
+	name string
+	// old is replaced by new once, in envoy.yaml or, with inConfig, in
+	// config/edge.yaml.
+	old, new string
+	inConfig bool
+	want     string // a substring of one of the reported errors
+}{
+	// Proto validation (PGV) rules inside typed_config.
+	{name: "empty filter domain", old: "domain: edge", new: `domain: ""`,
+		want: "RateLimit.Domain"},
+	{name: "empty descriptor_key on request_headers", old: "descriptor_key: api_key }", new: `descriptor_key: "" }`,
+		want: "RequestHeaders.DescriptorKey"},
+	{name: "empty stat_prefix in the connection manager", old: "stat_prefix: edge", new: `stat_prefix: ""`,
+		want: "HttpConnectionManager.StatPrefix"},
+	{name: "negative connect_timeout outside any typed_config", old: "connect_timeout: 0.25s", new: "connect_timeout: -1s",
+		want: "Cluster.ConnectTimeout"},
+
+	// Parsing: a typo or an unknown extension is an error, as in Envoy.
+	{name: "unknown field", old: "failure_mode_deny:", new: "failure_mode_deni:",
+		want: "unknown field"},
+	{name: "unresolvable typed_config", old: "router.v3.Router", new: "router.v3.Routr",
+		want: "unable to resolve"},
+
+	// Wiring between the pieces.
+	{name: "rate limit service cluster missing", old: "cluster_name: sluice }", new: "cluster_name: sluicee }",
+		want: `cluster "sluicee"`},
+	{name: "sluice cluster without HTTP/2", old: "http2_protocol_options: {}", new: "http_protocol_options: {}",
+		want: "HTTP/2"},
+	{name: "v2 transport", old: "transport_api_version: V3", new: "transport_api_version: AUTO",
+		want: "transport_api_version"},
+
+	// What a client must not choose.
+	{name: "edge keeps a client's internal key", old: "                        - remove: x-internal-key\n", new: "",
+		want: "listener edge: x-internal-key from a client reaches Sluice"},
+	{name: "edge keeps a client's class", old: "append_action: OVERWRITE_IF_EXISTS_OR_ADD", new: "append_action: ADD_IF_ABSENT",
+		want: "listener edge: x-priority from a client reaches Sluice"},
+	{name: "no early header mutation", old: "early_header_mutation_extensions:", new: "early_header_mutation_extensionz:",
+		want: "unknown field"},
+
+	// Descriptors that config/ has no rule for.
+	{name: "empty descriptor_key on generic_key sends generic_key", old: "descriptor_key: route,", new: `descriptor_key: "",`,
+		want: "[api_key=alice, generic_key=search] matches no rule"},
+	{name: "domain not in config", old: "domain: edge", new: "domain: edge-v2",
+		want: `domain "edge-v2": [api_key=alice] matches no rule`},
+	{name: "descriptor key not in config", old: "descriptor_key: api_key_internal", new: "descriptor_key: internal_key",
+		want: "[internal_key=billing] matches no rule"},
+	{name: "descriptor value not in config", old: "descriptor_value: search", new: "descriptor_value: searching",
+		want: "[api_key=alice, route=searching] matches no rule"},
+	{name: "rule without a limit counts as unmatched", inConfig: true,
+		old: "    rate_limit:\n      name: per_client_address\n      unit: minute\n      requests_per_unit: 20\n", new: "",
+		want: "[remote_address=" + clientAddress + "] matches rule"},
+}
+
 // TestEnvoyYAMLRejects proves the checks above can fail: each case breaks
 // envoy.yaml (or config/) the way a person might, and the checks must
 // report it.
@@ -187,51 +264,7 @@ func TestEnvoyYAMLRejects(t *testing.T) {
 	envoyText := string(readFile(t, envoyYAML))
 	configText := string(readFile(t, filepath.Join(configDir, "edge.yaml")))
 
-	for _, tc := range []struct {
-		name string
-		// old is replaced by new once, in envoy.yaml or, with inConfig, in
-		// config/edge.yaml.
-		old, new string
-		inConfig bool
-		want     string // a substring of one of the reported errors
-	}{
-		// Proto validation (PGV) rules inside typed_config.
-		{name: "empty filter domain", old: "domain: edge", new: `domain: ""`,
-			want: "RateLimit.Domain"},
-		{name: "empty descriptor_key on request_headers", old: "descriptor_key: api_key }", new: `descriptor_key: "" }`,
-			want: "RequestHeaders.DescriptorKey"},
-		{name: "empty stat_prefix in the connection manager", old: "stat_prefix: edge", new: `stat_prefix: ""`,
-			want: "HttpConnectionManager.StatPrefix"},
-		{name: "negative connect_timeout outside any typed_config", old: "connect_timeout: 0.25s", new: "connect_timeout: -1s",
-			want: "Cluster.ConnectTimeout"},
-
-		// Parsing: a typo or an unknown extension is an error, as in Envoy.
-		{name: "unknown field", old: "failure_mode_deny:", new: "failure_mode_deni:",
-			want: "unknown field"},
-		{name: "unresolvable typed_config", old: "router.v3.Router", new: "router.v3.Routr",
-			want: "unable to resolve"},
-
-		// Wiring between the pieces.
-		{name: "rate limit service cluster missing", old: "cluster_name: sluice }", new: "cluster_name: sluicee }",
-			want: `cluster "sluicee"`},
-		{name: "sluice cluster without HTTP/2", old: "http2_protocol_options: {}", new: "http_protocol_options: {}",
-			want: "HTTP/2"},
-		{name: "v2 transport", old: "transport_api_version: V3", new: "transport_api_version: AUTO",
-			want: "transport_api_version"},
-
-		// Descriptors that config/ has no rule for.
-		{name: "empty descriptor_key on generic_key sends generic_key", old: "descriptor_key: route,", new: `descriptor_key: "",`,
-			want: "[api_key=alice, generic_key=search] matches no rule"},
-		{name: "domain not in config", old: "domain: edge", new: "domain: edge-v2",
-			want: `domain "edge-v2": [api_key=alice] matches no rule`},
-		{name: "descriptor key not in config", old: "descriptor_key: api_key_internal", new: "descriptor_key: internal_key",
-			want: "[internal_key=billing] matches no rule"},
-		{name: "descriptor value not in config", old: "descriptor_value: search", new: "descriptor_value: searching",
-			want: "[api_key=alice, route=searching] matches no rule"},
-		{name: "rule without a limit counts as unmatched", inConfig: true,
-			old: "    rate_limit:\n      name: per_client_address\n      unit: minute\n      requests_per_unit: 20\n", new: "",
-			want: "[remote_address=" + clientAddress + "] matches rule"},
-	} {
+	for _, tc := range envoyRejects {
 		t.Run(tc.name, func(t *testing.T) {
 			envoyText, configText := envoyText, configText
 			target := &envoyText
@@ -270,6 +303,7 @@ func checkAll(text []byte, cfg *descriptors.Config) []error {
 	}
 	errs := envoysim.ValidateDeep(b, "bootstrap")
 	errs = append(errs, checkWiring(b)...)
+	errs = append(errs, checkEdgeTrust(b)...)
 	sent, simErrs := simulate(b)
 	errs = append(errs, simErrs...)
 	return append(errs, envoysim.MatchConfig(cfg, sent, configName)...)
@@ -421,40 +455,13 @@ func simulate(b *bootstrapv3.Bootstrap) ([]envoysim.Descriptor, []error) {
 	var out []envoysim.Descriptor
 	for _, rl := range rls {
 		vhs := rl.hcm.GetRouteConfig().GetVirtualHosts()
-		paths := map[string]bool{"/": true}
-		names := map[string]bool{}
-		for _, vh := range vhs {
-			for _, r := range vh.GetRoutes() {
-				m := r.GetMatch()
-				switch {
-				case m.GetPrefix() != "":
-					paths[m.GetPrefix()] = true
-					paths[strings.TrimSuffix(m.GetPrefix(), "/")+"/sample"] = true
-				case m.GetPathSeparatedPrefix() != "":
-					paths[m.GetPathSeparatedPrefix()] = true
-					paths[m.GetPathSeparatedPrefix()+"/sample"] = true
-				case m.GetPath() != "":
-					paths[m.GetPath()] = true
-				}
-				for _, h := range m.GetHeaders() {
-					names[strings.ToLower(h.GetName())] = true
-				}
-				for _, lim := range r.GetRoute().GetRateLimits() {
-					for _, a := range lim.GetActions() {
-						if n := a.GetRequestHeaders().GetHeaderName(); n != "" && !strings.HasPrefix(n, ":") {
-							names[strings.ToLower(n)] = true
-						}
-					}
-				}
-			}
-		}
-		headerNames := slices.Sorted(maps.Keys(names))
-		if len(headerNames) > 8 {
-			errs = append(errs, fmt.Errorf("listener %s: %d headers make too many combinations to simulate", rl.listener, len(headerNames)))
+		samples, err := sampleRequests(rl, sampleHeaders)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		reached := map[string]bool{}
-		for _, req := range envoysim.SampleRequests(newRequest("", nil), slices.Sorted(maps.Keys(paths)), headerNames, sampleHeaders) {
+		for _, req := range samples {
 			route, ds, err := route(rl, req)
 			if err != nil {
 				errs = append(errs, err)
@@ -477,25 +484,123 @@ func simulate(b *bootstrapv3.Bootstrap) ([]envoysim.Descriptor, []error) {
 	return out, errs
 }
 
+// sampleRequests returns the sample requests of rl's routes: each path a
+// route matches, with every combination of the headers that the routes
+// match on or read, carrying values (envoysim.SampleRequests).
+func sampleRequests(rl rateLimitFilter, values map[string]string) ([]envoysim.Request, error) {
+	paths := map[string]bool{"/": true}
+	names := map[string]bool{}
+	for _, vh := range rl.hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			m := r.GetMatch()
+			switch {
+			case m.GetPrefix() != "":
+				paths[m.GetPrefix()] = true
+				paths[strings.TrimSuffix(m.GetPrefix(), "/")+"/sample"] = true
+			case m.GetPathSeparatedPrefix() != "":
+				paths[m.GetPathSeparatedPrefix()] = true
+				paths[m.GetPathSeparatedPrefix()+"/sample"] = true
+			case m.GetPath() != "":
+				paths[m.GetPath()] = true
+			}
+			for _, h := range m.GetHeaders() {
+				names[strings.ToLower(h.GetName())] = true
+			}
+			for _, lim := range r.GetRoute().GetRateLimits() {
+				for _, a := range lim.GetActions() {
+					if n := a.GetRequestHeaders().GetHeaderName(); n != "" && !strings.HasPrefix(n, ":") {
+						names[strings.ToLower(n)] = true
+					}
+				}
+			}
+		}
+	}
+	headerNames := slices.Sorted(maps.Keys(names))
+	if len(headerNames) > 8 {
+		return nil, fmt.Errorf("listener %s: %d headers make too many combinations to simulate", rl.listener, len(headerNames))
+	}
+	return envoysim.SampleRequests(newRequest("", nil), slices.Sorted(maps.Keys(paths)), headerNames, values), nil
+}
+
+// trustedHeaders are the headers only the internal network may set: a
+// client's x-internal-key would skip every limit, its x-priority would pick
+// a pool's class (critical takes the reserve).
+var trustedHeaders = []string{"x-internal-key", "x-priority"}
+
+// checkEdgeTrust sends, on every listener but the internal one, every
+// sample request with each trusted header forged by the client, and
+// reports a descriptor that carries a forged value or an internal key: the
+// edge must remove or overwrite those headers before routing.
+func checkEdgeTrust(b *bootstrapv3.Bootstrap) []error {
+	const forged = "forged-by-client"
+	values := maps.Clone(sampleHeaders)
+	for _, h := range trustedHeaders {
+		values[h] = forged
+	}
+	rls, errs := rateLimitFilters(b)
+	for _, rl := range rls {
+		if rl.listener == internal {
+			continue
+		}
+		samples, err := sampleRequests(rl, values)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		bad := map[string]bool{}
+		for _, req := range samples {
+			_, ds, err := route(rl, req)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, d := range ds {
+				for _, e := range d.Entries {
+					if (e.Value == forged || e.Key == "api_key_internal") && !bad[e.Source] {
+						bad[e.Source] = true
+						errs = append(errs, fmt.Errorf("listener %s: %s from a client reaches Sluice (%s on route %s, for %v): "+
+							"remove or overwrite it in early_header_mutation_extensions", rl.listener, e.Source, envoysim.FormatEntries(d.Entries), d.Route, req))
+					}
+				}
+			}
+		}
+	}
+	return errs
+}
+
 // sendFor returns the descriptors Envoy sends for req through the first
-// rate limit filter of b.
+// rate limit filter of b: the edge listener's.
 func sendFor(b *bootstrapv3.Bootstrap, req envoysim.Request) ([]envoysim.Descriptor, error) {
+	return sendOn(b, "", req)
+}
+
+// sendOn returns the descriptors Envoy sends for req through the rate limit
+// filter of the listener named listener ("": the first).
+func sendOn(b *bootstrapv3.Bootstrap, listener string, req envoysim.Request) ([]envoysim.Descriptor, error) {
 	rls, errs := rateLimitFilters(b)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	if len(rls) == 0 {
-		return nil, errors.New("no rate limit filter")
+	for _, rl := range rls {
+		if listener == "" || rl.listener == listener {
+			_, ds, err := route(rl, req)
+			return ds, err
+		}
 	}
-	_, ds, err := route(rls[0], req)
-	return ds, err
+	return nil, fmt.Errorf("no rate limit filter on listener %q", listener)
 }
 
 // route finds the route Envoy picks for req (nil if none) and the
-// descriptors the filter sends for it, in the order of its rate_limits.
+// descriptors the filter sends for it, in the order of its rate_limits,
+// after the connection manager's early header mutations (which run before
+// routing).
 func route(rl rateLimitFilter, req envoysim.Request) (*routev3.Route, []envoysim.Descriptor, error) {
 	if len(rl.filter.GetRateLimits()) > 0 {
 		return nil, nil, fmt.Errorf("listener %s: filter-level rate_limits are not simulated; put them on routes", rl.listener)
+	}
+	req, err := envoysim.EarlyHeaderMutations(rl.hcm.GetEarlyHeaderMutationExtensions(), req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listener %s: %w", rl.listener, err)
 	}
 	for _, vh := range rl.hcm.GetRouteConfig().GetVirtualHosts() {
 		if !slices.Contains(vh.GetDomains(), "*") && !slices.Contains(vh.GetDomains(), authority) {

@@ -37,16 +37,20 @@ func listen(addr string) (net.Listener, error) {
 }
 
 // healthcheck answers GET /healthcheck as envoyproxy/ratelimit does: 200
-// "OK" while healthy, 500 from SIGTERM on, and, as --healthcheck-requires
-// says, while no config with a domain is loaded or the store is
-// unreachable. Unlike /readyz it ignores the store unless told to, so a
-// Redis outage does not make Kubernetes restart every replica through a
-// liveness probe on it.
+// "OK" while healthy, 500 from SIGTERM on, until Redis has first answered
+// (the peer does not start without it, and Envoy Gateway's liveness,
+// readiness and startup probes all ask /healthcheck), and, as
+// --healthcheck-requires says, while no config with a domain is loaded or
+// the store is unreachable. Unlike /readyz it ignores a later Redis outage
+// unless told to, so that the outage does not make Kubernetes restart every
+// replica through a liveness probe on it.
 func (srv *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	reason := ""
 	switch cfg := srv.core.Config(); {
 	case srv.stopping.Load():
 		reason = "shutting down"
+	case srv.warm != nil && !srv.warmed.Load():
+		reason = "store has not answered yet"
 	case srv.set.HealthNeedsConfig() && (cfg == nil || len(cfg.Domains()) == 0):
 		reason = "no config with a domain loaded"
 	case srv.set.HealthNeedsStore() && srv.ping != nil && !srv.storeUp.Load():
@@ -57,6 +61,19 @@ func (srv *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	io.WriteString(w, "OK")
+}
+
+// jsonHandler serves POST /json, envoyproxy/ratelimit's HTTP twin of
+// ShouldRateLimit, as --json says: counting as gRPC does, as checks only
+// (rls.Options.JSONCheckOnly), or not at all (404 naming the setting): the
+// HTTP port is reached by kubelets and Prometheus, far more than gRPC is.
+func (srv *server) jsonHandler() http.Handler {
+	if srv.set.JSON == "off" {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "POST /json is off (--json=off)", http.StatusNotFound)
+		})
+	}
+	return srv.svc.JSONHandler()
 }
 
 // debugHandler serves the debug listener: /rlconfig (the config in force,

@@ -32,9 +32,11 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 // TestHealthcheck: /healthcheck answers 200 "OK" as envoyproxy/ratelimit's
-// does, and 500 while what --healthcheck-requires names is missing; by
-// default an unreachable store does not fail it (it is a liveness probe in
-// the peer's deployments).
+// does, and 500 while what --healthcheck-requires names is missing, and
+// until Redis has first answered (the peer does not start without it); a
+// later outage of the store does not fail it unless required (it is a
+// liveness probe in the peer's deployments: test/integration's
+// TestPeerHealthcheckWaitsForStore).
 func TestHealthcheck(t *testing.T) {
 	dead := "redis://127.0.0.1:1/0"
 	for _, tc := range []struct {
@@ -43,7 +45,7 @@ func TestHealthcheck(t *testing.T) {
 		wantCode int
 	}{
 		{"healthy", []string{"--config", "../../config"}, 200},
-		{"store down, not required", []string{"--config", "../../config", "--redis-url", dead}, 200},
+		{"store never answered, not required", []string{"--config", "../../config", "--redis-url", dead}, 500},
 		{"store down, required", []string{"--config", "../../config", "--redis-url", dead, "--healthcheck-requires", "STORE", "--health-interval", "10ms"}, 500},
 		{"no config, not required", []string{"--config", t.TempDir()}, 200},
 		{"no config, required", []string{"--config", t.TempDir(), "--healthcheck-requires", "config"}, 500},

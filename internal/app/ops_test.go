@@ -196,10 +196,11 @@ func TestConfigShowsRules(t *testing.T) {
 }
 
 // TestStatusPageAPI: /ui/api shows a rule's decisions as they happen, its
-// top values, the store and the config in force; /ui serves the page from
-// the binary, with a policy that forbids fetching anything elsewhere.
+// top values (with --ui-top-values), the store and the config in force;
+// /ui serves the page from the binary, with a policy that forbids fetching
+// anything elsewhere.
 func TestStatusPageAPI(t *testing.T) {
-	srv, client, _ := startServer(t, "--ui-sensitive", "edge/per_client_address")
+	srv, client, _ := startServer(t, "--ui-top-values", "10", "--ui-sensitive", "edge/per_client_address")
 	base := "http://" + srv.httpLn.Addr().String()
 	for range 25 {
 		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"remote_address", "198.51.100.7"}))
@@ -237,6 +238,33 @@ func TestStatusPageAPI(t *testing.T) {
 		t.Errorf("rules %v, want every limited rule of the config", seen)
 	}
 	checkAssets(t, base)
+}
+
+// TestStatusPageHidesValues: by default the status page and /ui/api show
+// no descriptor value (they are often API keys: config/edge.yaml's are), only
+// the counts; --ui-top-values shows them.
+func TestStatusPageHidesValues(t *testing.T) {
+	srv, client, _ := startServer(t)
+	base := "http://" + srv.httpLn.Addr().String()
+	for range 5 {
+		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "sk-live-secret"}))
+	}
+	var body []byte
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(base + "/ui/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v apiView
+		if json.Unmarshal(body, &v) == nil && sum(v.Store.Calls) == 5 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if strings.Contains(string(body), "sk-live-secret") || !strings.Contains(string(body), `"top_values":0`) {
+		t.Errorf("/ui/api by default shows the value or top_values is not 0:\n%s", body)
+	}
 }
 
 // checkAssets checks that the page and its assets are served from the

@@ -88,8 +88,9 @@ type server struct {
 	closer func() error                // closes the store, nil if nothing to close
 	ping   func(context.Context) error // checks the store, nil if it cannot fail
 	// warm opens the store's connections and loads its library
-	// (redis.Store.Ready), nil if it needs neither; warmed reports that it
-	// succeeded once. Until then the server is not ready.
+	// (redis.Store.Ready, then a warning if Redis never evicts), nil if it
+	// needs neither; warmed reports that it succeeded once. Until then the
+	// server is not ready, and /healthcheck fails.
 	warm   func(context.Context) error
 	warmed atomic.Bool
 	reg    *prometheus.Registry
@@ -163,7 +164,7 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 	mux.HandleFunc("GET /readyz", srv.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /config", srv.page)
-	mux.Handle("/json", srv.svc.JSONHandler())
+	mux.Handle("/json", srv.jsonHandler()) // dropin.go
 	srv.handleUI(mux)
 	// A client that sends its headers or body slowly, or keeps a connection
 	// idle, must not hold a goroutine and a socket for long.

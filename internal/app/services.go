@@ -51,6 +51,7 @@ func (srv *server) newServices() error {
 		// The HTTP port's /json is reached by more than Envoy.
 		JSONHitsAddend:        s.JSONHitsAddend,
 		JSONHitsAddendSetting: "--json-hits-addend",
+		JSONCheckOnly:         s.JSON == "check",
 	})
 	return srv.newQuota()
 }

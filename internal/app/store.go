@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,13 +44,26 @@ func (srv *server) openStore() error {
 			TLSCertFile:                 set.RedisTLSCert,
 			TLSKeyFile:                  set.RedisTLSKey,
 			TLSSkipHostnameVerification: set.RedisTLSNoHost,
+			TLSSetting:                  tlsSetting(set),
 			SentinelUsername:            sentinelUser,
 			SentinelPassword:            sentinelPass,
 		}, srv.log)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
-		srv.store, srv.closer, srv.ping, srv.warm = st, st.Close, st.Ping, st.Ready
+		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		srv.warm = func(ctx context.Context) error {
+			if err := st.Ready(ctx); err != nil {
+				return err
+			}
+			// Once, at the first warm: Redis's default policy turns a flood
+			// of distinct values into an outage of every decision.
+			if nodes := st.NoEviction(ctx); len(nodes) > 0 {
+				srv.log.Warn("redis maxmemory-policy is noeviction: once Redis is full every decision fails (OOM command not allowed); "+
+					"set maxmemory and maxmemory-policy allkeys-lru (or volatile-lru: every key Sluice writes has a TTL)", zap.Strings("redis_nodes", nodes))
+			}
+			return nil
+		}
 		srv.shares = st.Shares(redis.SharesOptions{})
 		// Open the connections and load the library now, so that no
 		// decision pays for them inside its deadline. Redis may be down:
@@ -82,4 +96,21 @@ func (srv *server) warmStore(ctx context.Context) error {
 	}
 	srv.warmed.Store(true)
 	return nil
+}
+
+// tlsSetting names the setting whose rediss:// URL turned Redis TLS on,
+// for the error of a server that does not speak TLS: REDIS_TLS=true, or
+// rediss:// in the flag or variable that gave --redis-url; "" when
+// unknown.
+func tlsSetting(set *settings.Settings) string {
+	for _, in := range set.InForce() {
+		switch {
+		case in.Name != "redis-url" || !strings.HasPrefix(in.Value, "rediss://"):
+		case slices.Contains(in.From, "REDIS_TLS"):
+			return "REDIS_TLS=true (envoyproxy/ratelimit's setting)"
+		case len(in.From) > 0:
+			return "rediss:// in " + in.From[0]
+		}
+	}
+	return ""
 }

@@ -60,6 +60,10 @@ type peerEnv struct {
 	// final holds, by flag name, the value in force of a setting whose
 	// peer value lost to a flag or SLUICE_* variable, as logs may show it.
 	final map[string]string
+	// redisErr is the first error of the peer's Redis address settings:
+	// it stops the start only when no flag or SLUICE_* variable gives the
+	// address, which otherwise decides it instead (Parse).
+	redisErr error
 }
 
 // inUse reports whether Sluice runs with the peer's settings: any of
@@ -166,7 +170,10 @@ func readPeerEnv(getenv func(string) string, empty ...string) (*peerEnv, error) 
 	var errs []error
 	for _, pv := range peerVars {
 		v := p.get(pv.name)
-		if (v != "" || p.empty[pv.name] || p.getenv(pv.name) != "") && !strings.HasPrefix(pv.name, "TRACING_") {
+		if v == "" && p.getenv(pv.name) != "" {
+			p.empty[pv.name] = true // only blanks: as set but empty
+		}
+		if (v != "" || p.empty[pv.name]) && !strings.HasPrefix(pv.name, "TRACING_") {
 			p.given = append(p.given, pv.name)
 		}
 		if v == "" {
@@ -196,17 +203,17 @@ func peerDefault(name, what string) string {
 // hit counts as the peer counts it (every hit, as --overdraw, unless
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true), no response headers
 // unless LIMIT_RESPONSE_HEADERS_ENABLED=true, and Redis at the peer's
-// default socket when REDIS_URL is unset, never the in-memory store. It
-// returns an error for a REDIS_URL set to the empty string, which names no
-// Redis. Without the peer's settings it does nothing: Sluice's own
-// defaults stay.
+// default socket when REDIS_URL is unset, never the in-memory store. A
+// REDIS_URL set to the empty string (or to blanks) names no Redis: an error
+// for Parse to weigh (redisErr). Without the peer's settings it does
+// nothing: Sluice's own defaults stay.
 func (p *peerEnv) defaults() error {
 	if !p.inUse() {
 		return nil
 	}
-	if p.empty["REDIS_URL"] {
-		return errors.New(`REDIS_URL="" (envoyproxy/ratelimit's setting): set but empty, it names no Redis; ` +
-			"unset it for envoyproxy/ratelimit's default socket " + peerRedisSocket + ", or set host:port with REDIS_SOCKET_TYPE=tcp")
+	if p.empty["REDIS_URL"] && p.redisErr == nil {
+		p.redisErr = fmt.Errorf("REDIS_URL=%q (envoyproxy/ratelimit's setting): set but empty, it names no Redis; "+
+			"unset it for envoyproxy/ratelimit's default socket %s, or set host:port with REDIS_SOCKET_TYPE=tcp", p.getenv("REDIS_URL"), peerRedisSocket)
 	}
 	if _, ok := p.vals["overdraw"]; !ok {
 		p.set("overdraw", "true", peerDefault("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "every hit counts, admitted or not"))
@@ -217,10 +224,31 @@ func (p *peerEnv) defaults() error {
 	_, url := p.vals["redis-url"]
 	_, cluster := p.vals["redis-cluster-addrs"]
 	_, sentinel := p.vals["redis-sentinel-addrs"]
-	if !url && !cluster && !sentinel && !strings.EqualFold(p.get("BACKEND_TYPE"), "memcache") {
-		return peerRedis(p, peerDefault("REDIS_URL", "Redis at "+peerRedisSocket), "")
+	if !url && !cluster && !sentinel && !p.empty["REDIS_URL"] && !strings.EqualFold(p.get("BACKEND_TYPE"), "memcache") {
+		p.redis(peerDefault("REDIS_URL", "Redis at "+peerRedisSocket))
 	}
 	return nil
+}
+
+// ownRedisAddr reports whether a flag or SLUICE_* variable gives the Redis
+// address (--redis-url, --redis-cluster-addrs, --redis-sentinel-master);
+// given names, by flag name, what set each setting.
+func ownRedisAddr(given map[string][]string) bool {
+	for _, n := range []string{"redis-url", "redis-cluster-addrs", "redis-sentinel-master"} {
+		if slices.ContainsFunc(given[n], func(by string) bool { return !isPeerVar(by) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// redis maps the peer's Redis settings (peerRedis) for the variable name,
+// keeping the first error for Parse to weigh (redisErr): a flag or SLUICE_*
+// variable that gives the address makes the peer's address settings moot.
+func (p *peerEnv) redis(name string) {
+	if err := peerRedis(p, name, ""); err != nil && p.redisErr == nil {
+		p.redisErr = err
+	}
 }
 
 // The apply functions of peerVars.
@@ -590,7 +618,8 @@ func redisTimeout(p *peerEnv, name, v string) error {
 func backend(p *peerEnv, name, v string) error {
 	switch strings.ToLower(v) {
 	case "redis":
-		return peerRedis(p, name, v)
+		p.redis(name)
+		return nil
 	case "memcache":
 		return errors.New("BACKEND_TYPE=memcache: Sluice keeps its counters in Redis (or in memory), not memcache; " +
 			"point REDIS_URL (or --redis-url) at a Redis and unset BACKEND_TYPE")
@@ -639,7 +668,7 @@ func peerRedis(p *peerEnv, name, _ string) error {
 	switch {
 	case socket == "tcp" && p.get("REDIS_URL") == "":
 		return fmt.Errorf("REDIS_SOCKET_TYPE=tcp with REDIS_URL unset (envoyproxy/ratelimit's settings): its default REDIS_URL is the socket path %s; "+
-			"set REDIS_URL=host:port", peerRedisSocket)
+			"set REDIS_URL=host:port (or --redis-url)", peerRedisSocket)
 	case socket != "unix" && socket != "tcp":
 		return fmt.Errorf("REDIS_SOCKET_TYPE=%q (envoyproxy/ratelimit's setting): want tcp or unix", socket)
 	case socket == "unix" && defSocket == "tcp" && !strings.Contains(raw, "://"):
@@ -747,7 +776,8 @@ func redisVar(p *peerEnv, name, v string) error {
 	}
 	// With REDIS_URL unset the peer dials its default socket, and so does
 	// Sluice (peerRedis), never counting in memory instead.
-	return peerRedis(p, name, v)
+	p.redis(name)
+	return nil
 }
 
 // writePeerTable prints peerVars as docs/MIGRATING.md's Markdown table.
@@ -848,7 +878,8 @@ var peerVars = []peerVar{
 	{"REDIS_SOCKET_TYPE", "unix", "`unix`: `--redis-url=unix://PATH`; `tcp`: `redis://HOST:PORT` (unset: `tcp` when `REDIS_URL` is `host:port`, `unix` when it is a path)", redisVar},
 	{"REDIS_TYPE", "SINGLE", "`single`: `--redis-url`; `sentinel`: `--redis-sentinel-master`, `--redis-sentinel-addrs`; `cluster`: `--redis-cluster-addrs` (any case)", redisVar},
 	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", "the peer's forms: `host:port` or a socket path; sentinel `master,host:port,...`; cluster `host:port,...`; a `redis://` URL as is; " +
-		"unset, with any of the peer's settings: its default socket (never the in-memory store); set but empty, or no address for a cluster: refused at start", redisVar},
+		"unset, with any of the peer's settings: its default socket (never the in-memory store); set but empty (or blank), or no address for a cluster: refused at start, " +
+		"unless a flag or `SLUICE_*` variable gives the address", redisVar},
 	{"REDIS_POOL_SIZE", "10", "`--redis-pool-size` (connections per node)", direct("redis-pool-size", "int")},
 	{"REDIS_AUTH", "", "the password (or `user:password`) in `--redis-url`", redisVar},
 	{"REDIS_TLS", "false", "`true`: `rediss://`", redisVar},

@@ -246,6 +246,9 @@ func TestPeerEnv(t *testing.T) {
 		}
 		covered[first] = true
 		p, err := readPeerEnv(func(k string) string { return env[k] })
+		if err == nil {
+			err = p.redisErr // stops the start unless a flag gives the address
+		}
 		switch {
 		case strings.HasPrefix(tc.want, "error: "):
 			if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(tc.want, "error: ")) {
@@ -437,6 +440,9 @@ func TestPeerRedisRefused(t *testing.T) {
 		{map[string]string{"BACKEND_TYPE": "redis"}, []string{"REDIS_URL"}, `REDIS_URL="" (envoyproxy/ratelimit's setting): set but empty`},
 		{map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_SOCKET_TYPE": "tcp"}, nil, `REDIS_URL="a:1,b:2" with REDIS_TYPE=single`},
 		{map[string]string{"LOG_LEVEL": "info", "REDIS_SOCKET_TYPE": "tcp"}, nil, "REDIS_SOCKET_TYPE=tcp with REDIS_URL unset"},
+		// Blanks are no address either: not the peer's default socket.
+		{map[string]string{"REDIS_URL": " "}, nil, `REDIS_URL=" " (envoyproxy/ratelimit's setting): set but empty, it names no Redis`},
+		{map[string]string{"REDIS_URL": "\t", "LOG_LEVEL": "info"}, nil, `REDIS_URL="\t" (envoyproxy/ratelimit's setting): set but empty`},
 	} {
 		_, err := Parse(nil, envOf(tc.env), io.Discard, tc.empty...)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
@@ -445,6 +451,41 @@ func TestPeerRedisRefused(t *testing.T) {
 	}
 	if got := EmptyEnv([]string{"REDIS_URL=", "A=b", "PATH=/bin", "X=y=z"}); !slices.Equal(got, []string{"REDIS_URL"}) {
 		t.Errorf("EmptyEnv = %q, want [REDIS_URL]", got)
+	}
+}
+
+// TestPeerRedisFlagWins: a Redis address given by flag or SLUICE_*
+// decides the URL, so the peer's Redis settings that name no address of
+// their own (REDIS_SOCKET_TYPE=tcp with REDIS_URL unset, a blank REDIS_URL)
+// do not stop the start; the report says the flag won.
+func TestPeerRedisFlagWins(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string // RedisURL or, with cluster, RedisCluster
+	}{
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "LOG_LEVEL": "info"}, []string{"--redis-url", "redis://r:6379"}, "redis://r:6379"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "SLUICE_REDIS_URL": "redis://s:6379"}, nil, "redis://s:6379"},
+		{map[string]string{"REDIS_URL": " "}, []string{"--redis-url", "redis://r:6379"}, "redis://r:6379"},
+		{map[string]string{"REDIS_TYPE": "cluster"}, []string{"--redis-cluster-addrs", "c1:7000,c2:7000"}, "cluster c1:7000,c2:7000"},
+	} {
+		s, err := Parse(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Errorf("%v %v: %v", tc.env, tc.args, err)
+			continue
+		}
+		got := s.RedisURL
+		if strings.HasPrefix(tc.want, "cluster ") {
+			got = "cluster " + s.RedisCluster
+		}
+		if got != tc.want {
+			t.Errorf("%v %v: %q, want %q", tc.env, tc.args, got, tc.want)
+		}
+		if w := s.Report().PeerWarnings; !slices.ContainsFunc(w, func(l string) bool {
+			return strings.HasSuffix(l, "; not used: a flag or SLUICE_* variable gives the Redis address")
+		}) {
+			t.Errorf("%v %v: warnings %q do not say the peer's Redis settings went unused", tc.env, tc.args, w)
+		}
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/statuspage"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
@@ -50,6 +49,8 @@ type Settings struct {
 	// JSONHitsAddend is --json-hits-addend: POST /json may refund and add
 	// more than one hit (rls.Options.JSONHitsAddend).
 	JSONHitsAddend bool
+	// JSON is --json: POST /json counts (as gRPC), only checks, or is off.
+	JSON string
 	// ConfigMaxBytes is --config-max-bytes: the largest config file read
 	// (descriptors.Selection.MaxFileBytes).
 	ConfigMaxBytes  int
@@ -137,6 +138,7 @@ func (s *Settings) table() []setting {
 		{"http-addr", "HTTP listen address (/healthz, /readyz, /metrics, /config, /json, /ui)", ":8080", &s.HTTPAddr},
 		{"http-read-timeout", "time an HTTP client has to send a whole request (headers and body)", "10s", &s.HTTPReadTimeout},
 		{"json-hits-addend", "let POST /json refund (is_negative_hits) and send hits_addend above 1, as gRPC may; off, such a request gets 400 (the HTTP port is reached by kubelets and Prometheus, not only Envoy)", "false", &s.JSONHitsAddend},
+		{"json", "POST /json: count (decide and count, as gRPC), check (decide every descriptor as hits_addend 0: nothing counted) or off (404)", "count", &s.JSON},
 		{"healthcheck-requires", "what GET /healthcheck (200 OK or 500, as envoyproxy/ratelimit's) needs besides a live process: none, config, store or config,store", "none", &s.Healthcheck},
 		{"debug-addr", "debug listen address (/rlconfig, /debug/pprof/), loopback only by default; empty turns it off", "127.0.0.1:6070", &s.DebugAddr},
 		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
@@ -182,8 +184,8 @@ func (s *Settings) table() []setting {
 		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
 		{"start-without-config", "be ready before a config has loaded, answering OK for every domain until one does", "false", &s.StartWithoutConfig},
 		{"ui", "serve the live status page on the HTTP listener: /ui (and /ui/api, the JSON it polls)", "true", &s.UI},
-		{"ui-top-values", "descriptor values the status page shows per rule (0: record no values)", strconv.Itoa(statuspage.DefaultTopValues), &s.UITopValues},
-		{"ui-sensitive", "comma-separated domains (billing) and rules (billing/per_card) whose values the status page never records", "", &s.UISensitive},
+		{"ui-top-values", "descriptor values the status page and /ui/api show per rule; 0 records none (values are often API keys, and whoever reaches the HTTP port sees them)", "0", &s.UITopValues},
+		{"ui-sensitive", "with --ui-top-values: comma-separated domains (billing) and rules (billing/per_card) whose values the status page still never records", "", &s.UISensitive},
 		{"tracing-enabled", "export OpenTelemetry traces over OTLP: a span per ShouldRateLimit, continuing Envoy's trace, and per store call (also TRACING_ENABLED; the endpoint from OTEL_EXPORTER_OTLP_*)", "false", &s.TracingEnabled},
 		{"tracing-exporter-protocol", "OTLP transport: http (port 4318) or grpc (port 4317) (also TRACING_EXPORTER_PROTOCOL)", "http", &s.TracingExporterProtocol},
 		{"tracing-service-name", "service.name of the spans (also TRACING_SERVICE_NAME, OTEL_SERVICE_NAME)", "sluice", &s.TracingServiceName},
@@ -280,6 +282,11 @@ func Parse(args []string, getenv func(string) string, helpOut io.Writer, emptyVa
 		given[f.Name] = []string{"--" + f.Name}
 	})
 	peer.inForce(fs)
+	if err := peer.redisErr; err != nil && !ownRedisAddr(given) {
+		return nil, err // a flag or SLUICE_* variable would decide the address instead
+	} else if err != nil {
+		peer.warnings = append(peer.warnings, err.Error()+"; not used: a flag or SLUICE_* variable gives the Redis address")
+	}
 	if peer.redisDefaulted() && (s.RedisCluster != "" || s.RedisSentinel != "") && !peer.overridden("redis-url") {
 		// A Cluster or Sentinel given by flag or SLUICE_* replaces the
 		// peer's default socket, which is no node of it.
@@ -407,7 +414,7 @@ func editDistance(a, b string) int {
 
 func (s *Settings) validate() error {
 	// Words are case-insensitive, as envoyproxy/ratelimit's are.
-	for _, p := range []*string{&s.LogLevel, &s.LogFormat, &s.FailureMode, &s.Healthcheck, &s.GRPCClientAuth, &s.ResponseHeaders} {
+	for _, p := range []*string{&s.LogLevel, &s.LogFormat, &s.FailureMode, &s.Healthcheck, &s.GRPCClientAuth, &s.ResponseHeaders, &s.JSON} {
 		*p = strings.ToLower(strings.TrimSpace(*p))
 	}
 	var err error
@@ -524,6 +531,9 @@ func (s *Settings) validateDropIn() error {
 		default:
 			return fmt.Errorf("--healthcheck-requires: unknown %q (want none, config, store or config,store)", w)
 		}
+	}
+	if s.JSON != "count" && s.JSON != "check" && s.JSON != "off" {
+		return fmt.Errorf("--json: unknown %q (want count, check or off)", s.JSON)
 	}
 	if s.GRPCClientAuth != "require" && s.GRPCClientAuth != "if-given" {
 		return fmt.Errorf("--grpc-client-auth: unknown %q (want require or if-given)", s.GRPCClientAuth)

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,7 +9,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -82,6 +85,10 @@ type Settings struct {
 	// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION), for Redis reached through an
 	// address its certificate does not list.
 	TLSSkipHostnameVerification bool
+	// TLSSetting names what turned TLS on (e.g. "REDIS_TLS=true"), for the
+	// error of a handshake with a server that does not speak TLS. Default:
+	// the rediss:// scheme of URL, or the TLS files.
+	TLSSetting string
 	// SentinelUsername and SentinelPassword authenticate to the Sentinels
 	// themselves (not to the master, whose credentials are in URL). Empty
 	// means no AUTH to the Sentinels.
@@ -134,6 +141,11 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 		if err := s.configureTLS(u.TLSConfig); err != nil {
 			return nil, err
 		}
+		by := "the rediss:// scheme of the Redis URL"
+		if !tlsOn {
+			by = "a Redis TLS file or setting"
+		}
+		u.Dialer = tlsDialer(u.TLSConfig, u.DialTimeout, cmp.Or(s.TLSSetting, by))
 	}
 
 	var c goredis.UniversalClient
@@ -336,4 +348,41 @@ func openPool(ctx context.Context, c *goredis.Client) error {
 		}
 	}
 	return nil
+}
+
+// NoEviction returns the address of every master whose maxmemory-policy is
+// noeviction (Redis's default), sorted. Such a Redis, once it reaches its
+// maxmemory, refuses every write ("OOM command not allowed"), so a flood
+// of distinct descriptor values makes every decision fail, for every
+// client; with allkeys-lru or volatile-lru it forgets the least recently
+// used counters instead (every key Sluice writes has a TTL, so both evict
+// only counters on a Redis of its own). A master that refuses CONFIG GET
+// (managed Redis services often do) or does not answer within PingTimeout
+// is left out: the check is advice, never a reason not to start. It is
+// safe for concurrent use.
+func (s *Store) NoEviction(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var out []string
+	check := func(ctx context.Context, c *goredis.Client) error {
+		if p, err := c.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil && p["maxmemory-policy"] == "noeviction" {
+			addr := c.Options().Addr
+			if addr == "FailoverClient" { // go-redis's name for a Sentinel's master
+				addr = "the Sentinel master"
+			}
+			mu.Lock()
+			out = append(out, addr)
+			mu.Unlock()
+		}
+		return nil
+	}
+	switch c := s.c.(type) {
+	case *goredis.ClusterClient:
+		c.ForEachMaster(ctx, check)
+	case *goredis.Client:
+		check(ctx, c)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // MaxJSONBytes bounds the body of a POST /json request.
@@ -49,10 +50,12 @@ func latin1Escape(body []byte) []byte {
 // serves it on /json: POST a RateLimitRequest in protojson, get the
 // RateLimitResponse in protojson with status 200 (OK) or 429 (OVER_LIMIT),
 // and the response_headers_to_add as HTTP headers.
+// With Options.JSONCheckOnly every descriptor is decided as a check
+// (hits_addend 0): nothing is counted.
 // Errors: 405 for a method other than POST, 413 for a body over MaxJSONBytes,
 // 400 for a body that is not a RateLimitRequest or is INVALID_ARGUMENT, or
-// (unless Options.JSONHitsAddend) that refunds or sends a hits_addend above
-// 1, 503
+// (unless Options.JSONHitsAddend or JSONCheckOnly) that refunds or sends a
+// hits_addend above 1, 503
 // when the store fails under FailureModeError; the body then holds the
 // message as text.
 func (s *Service) JSONHandler() http.Handler {
@@ -77,23 +80,17 @@ func (s *Service) JSONHandler() http.Handler {
 			http.Error(w, "request body is not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if msg := s.jsonUsage(&req); msg != "" {
+		if s.opts.JSONCheckOnly {
+			for _, d := range req.GetDescriptors() {
+				d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(0), false
+			}
+		} else if msg := s.jsonUsage(&req); msg != "" {
 			http.Error(w, msg, http.StatusBadRequest)
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)
 		if err != nil {
-			st := status.Convert(err)
-			code := http.StatusInternalServerError
-			switch st.Code() {
-			case codes.InvalidArgument:
-				code = http.StatusBadRequest
-			case codes.Unavailable:
-				code = http.StatusServiceUnavailable
-			case codes.Canceled, codes.DeadlineExceeded:
-				code = http.StatusGatewayTimeout
-			}
-			http.Error(w, st.Message(), code)
+			jsonError(w, err)
 			return
 		}
 		out, err := protojson.Marshal(resp)
@@ -114,6 +111,23 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		w.Write(out)
 	})
+}
+
+// jsonError answers a /json request that ShouldRateLimit failed with err:
+// 400 for INVALID_ARGUMENT, 503 for UNAVAILABLE, 504 for a cancelled call
+// or a passed deadline, 500 otherwise, the status's message as the body.
+func jsonError(w http.ResponseWriter, err error) {
+	st := status.Convert(err)
+	code := http.StatusInternalServerError
+	switch st.Code() {
+	case codes.InvalidArgument:
+		code = http.StatusBadRequest
+	case codes.Unavailable:
+		code = http.StatusServiceUnavailable
+	case codes.Canceled, codes.DeadlineExceeded:
+		code = http.StatusGatewayTimeout
+	}
+	http.Error(w, st.Message(), code)
 }
 
 // jsonUsage returns why /json refuses req, naming the field, when req

@@ -78,3 +78,20 @@ func TestJSONRefusesUsageUnlessAllowed(t *testing.T) {
 		})
 	}
 }
+
+// TestJSONCheckOnly: with JSONCheckOnly every /json request is decided as a
+// check, whatever it asks (hits, a hits_addend, a refund): the answer says
+// what the counter holds and nothing is counted.
+func TestJSONCheckOnly(t *testing.T) {
+	s, _ := newTestService(t, Options{JSONCheckOnly: true})
+	h := s.JSONHandler()
+	const one = `{"domain":"test","descriptors":[{"entries":[{"key":"api_key","value":"k"}]%s}]%s}`
+	for _, body := range []string{fmt.Sprintf(one, "", ""), fmt.Sprintf(one, `,"hits_addend":2`, ""), fmt.Sprintf(one, "", `,"hits_addend":3`),
+		fmt.Sprintf(one, `,"is_negative_hits":true,"hits_addend":3`, ""), fmt.Sprintf(one, "", "")} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(body)))
+		if got := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(got, `"limitRemaining":3`) {
+			t.Errorf("POST /json %s = %d %s, want 200 with all 3 remaining (a check)", body, rec.Code, got)
+		}
+	}
+}

@@ -68,6 +68,11 @@ type Options struct {
 	// setting that turns it on, for that 400's message.
 	JSONHitsAddend        bool
 	JSONHitsAddendSetting string
+	// JSONCheckOnly decides every POST /json request as a check: each
+	// descriptor with hits_addend 0 and is_negative_hits false, whatever
+	// the request asks, so the HTTP port shows decisions and moves no
+	// counter.
+	JSONCheckOnly bool
 }
 
 // Service answers ShouldRateLimit calls: it validates and converts Envoy's

@@ -130,7 +130,7 @@ func cardText(rule, field string) string {
 // screenshots (laptop and phone) to the artefact directory.
 func TestStatusPageInBrowser(t *testing.T) {
 	addr := redistest.Addr(t)
-	s := startSluice(t, "--config", "config", "--redis-url", "redis://"+addr+"/0", "--redis-prefix", redistest.Prefix(t.Name()),
+	s := startSluice(t, "--config", "config", "--ui-top-values", "10", "--redis-url", "redis://"+addr+"/0", "--redis-prefix", redistest.Prefix(t.Name()),
 		"--store-timeout", "500ms")
 	// A value "" (its row shows "(empty)"), and a rule that fixes every
 	// value (its one row's label is empty).

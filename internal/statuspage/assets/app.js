@@ -141,7 +141,7 @@ function ruleCard(r, topN) {
   if (r.values_hidden) {
     card.append(el("p", { class: "empty", "data-field": "top" }, "values not recorded: rule marked sensitive"));
   } else if (topN === 0) {
-    card.append(el("p", { class: "empty", "data-field": "top" }, "values not recorded (--ui-top-values=0)"));
+    card.append(el("p", { class: "empty", "data-field": "top" }, "values not shown (they are often API keys): --ui-top-values=N shows the top N"));
   } else if (!r.top.length) {
     card.append(el("p", { class: "empty", "data-field": "top" }, "no traffic in the last minute"));
   } else {
