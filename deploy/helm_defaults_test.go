@@ -19,14 +19,14 @@ var chartOwnDefaults = map[string]string{
 }
 
 // TestHelmDefaultsAreTheBinarys renders the chart with only a Redis URL
-// and compares every SLUICE_* value of its container with the binary's
+// and the Envoy peers its NetworkPolicy requires, and compares every SLUICE_* value of its container with the binary's
 // default, read from the settings table.
 func TestHelmDefaultsAreTheBinarys(t *testing.T) {
 	sl, err := readSluice(sluiceSrc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := render(t, releaseName, releaseNS, "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n")
+	out, err := render(t, releaseName, releaseNS, "redis:\n  url: redis://redis.cache.svc.cluster.local:6379/0\n"+envoyPeers)
 	if err != nil {
 		t.Fatal(err)
 	}
