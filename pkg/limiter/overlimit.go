@@ -42,7 +42,11 @@ type OverLimitOptions struct {
 // MarkOverLimit; the Remaining of the hits that did not deny may be stale.
 //
 // A request holding an Overdraw hit always goes to the store: its hits
-// count even when denied. Refunds raise what a counter admits, so a request holding a refund drops
+// count even when denied, and it is admitted while its counter is under the
+// limit. A CountDenied hit's denial is cached like any other (the counts it
+// adds only make it hold longer) and, answered from memory, counts nothing,
+// as envoyproxy/ratelimit's local cache of keys over their limit does.
+// Refunds raise what a counter admits, so a request holding a refund drops
 // the cached denials that touch a refunded counter (a scan of the cache:
 // refunds are rare next to decisions); a refund made through another instance is not seen, and a
 // cached denial can then outlive it by at most its RetryAfter. A changed limit
@@ -228,6 +232,9 @@ func appendSignature(b []byte, hits []Hit) []byte {
 		f := byte(0)
 		if h.Limit.Overdraw {
 			f |= 4
+		}
+		if h.Limit.CountDenied {
+			f |= 8
 		}
 		if h.Shadow {
 			f |= 1
