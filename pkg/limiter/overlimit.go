@@ -41,12 +41,10 @@ type OverLimitOptions struct {
 // RetryAfter has passed Allowed again and OverLimit recomputed by
 // MarkOverLimit; the Remaining of the hits that did not deny may be stale.
 //
-// A request holding an Overdraw hit always goes to the store: its hits
-// count even when denied, and it is admitted while its counter is under the
-// limit. A CountDenied hit's denial is cached like any other (the counts it
-// adds only make it hold longer) and, answered from memory, counts nothing,
-// as envoyproxy/ratelimit's local cache of keys over their limit does.
-// Refunds raise what a counter admits, so a request holding a refund drops
+// A request holding an Overdraw or CountDenied hit always goes to the
+// store: its hits count even when denied, on every counter of the request
+// (envoyproxy/ratelimit's local cache skips only the key over its limit,
+// and still counts the request's others). Refunds raise what a counter admits, so a request holding a refund drops
 // the cached denials that touch a refunded counter (a scan of the cache:
 // refunds are rare next to decisions); a refund made through another instance is not seen, and a
 // cached denial can then outlive it by at most its RetryAfter. A changed limit
@@ -94,10 +92,10 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 		c.dropRefunded(hits)
 		return c.store.Apply(ctx, hits)
 	}
-	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Limit.Overdraw }) {
-		// Overdraw hits count even when denied: never answered from
-		// memory, and a counter they grow holds no cached denial of ours
-		// wrongly (it only grows).
+	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Limit.Overdraw || h.Limit.CountDenied }) {
+		// Overdraw and CountDenied hits count even when denied: never
+		// answered from memory, and a counter they grow holds no cached
+		// denial of ours wrongly (it only grows).
 		return c.store.Apply(ctx, hits)
 	}
 	// The signature is built on the stack: only a denial that is cached
@@ -232,9 +230,6 @@ func appendSignature(b []byte, hits []Hit) []byte {
 		f := byte(0)
 		if h.Limit.Overdraw {
 			f |= 4
-		}
-		if h.Limit.CountDenied {
-			f |= 8
 		}
 		if h.Shadow {
 			f |= 1

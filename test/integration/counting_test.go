@@ -183,6 +183,10 @@ const countingPeerConfig = `domain: peer
 descriptors:
   - key: tenant
     rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: app
+    rate_limit: {unit: hour, requests_per_unit: 10}
   - key: pool
     value: db
     rate_limit: {unit: hour, requests_per_unit: 1000}
@@ -233,6 +237,18 @@ func TestPeerCounting(t *testing.T) {
 	}
 	if got, want := codes([]string{"tenant", "b"}, 1_000_000, 0), "OVER_LIMIT OVER_LIMIT"; got != want {
 		t.Errorf("a fresh key: 1,000,000 hits, then a check = %s, want %s", got, want)
+	}
+	// Two limits in one request, the second over from the 11th on: the
+	// first counts every request all the same (the over-limit cache, on by
+	// default, never answers a request whose hits count when denied).
+	for i := range 15 {
+		r, err := s.Client.ShouldRateLimit(context.Background(), request("peer", []string{"user", "u"}, []string{"app", "a"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.GetStatuses()[0].GetLimitRemaining(), uint32(20-(i+1)); got != want || (i >= 10) != (r.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT) {
+			t.Fatalf("request %d of [user], [app]: %v with %d remaining on user, want %d (counted), OVER_LIMIT from the 11th", i+1, r.GetOverallCode(), got, want)
+		}
 	}
 	for range 2000 {
 		send(1, "pool", "db", "priority", "test")
