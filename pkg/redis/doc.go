@@ -26,7 +26,8 @@
 //     stall detection and deadline shedding.
 //   - protocol.go defines the wire layout once (the entries of a call and
 //     its reply, as struct formats) and gives the script the same layout and
-//     limiter's registry as a prelude; script.go loads and calls the script.
+//     limiter's registry as a prelude; reply.go reads a reply against it;
+//     script.go loads and calls the script.
 //
 // # Decisions
 //
