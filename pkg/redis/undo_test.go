@@ -155,3 +155,44 @@ func TestUndoLateRefund(t *testing.T) {
 		})
 	}
 }
+
+// TestUndoSlots: the undo of a concurrency entry that acquired under one
+// slot token and released another's slot takes back exactly those: the
+// acquired slots are gone and the released one is held again, under its own
+// token (a later release of it frees it).
+func TestUndoSlots(t *testing.T) {
+	t.Parallel()
+	s, c := newTestStore(t, Options{})
+	t0 := int64(1_800_000_000_000)
+	l := limiter.Limit{Requests: 10, Window: time.Minute, Algorithm: limiter.Concurrency}
+	id := identity{key: "slots", w: l.Window, alg: l.Algorithm}
+	apply := func(now int64, hits ...limiter.Hit) *group {
+		t.Helper()
+		for i := range hits {
+			hits[i].Key, hits[i].Limit = "slots", l
+		}
+		gs, _ := s.split(hits)
+		gs[0].e.full = true
+		runAt(t, s, now, gs[0].e)
+		gs[0].replied, gs[0].admitted = true, gs[0].e.admitted
+		return gs[0]
+	}
+	apply(t0, limiter.Hit{Hits: 2, SlotToken: 7})
+	before, _ := readState(t, c, s.prefix, id)
+	g := apply(t0+5, limiter.Hit{Hits: 3, SlotToken: 8}, limiter.Hit{Hits: 1, Refund: true, SlotToken: 7})
+	if got, _ := readState(t, c, s.prefix, id); len(got.Slots) != 2*4 {
+		t.Fatalf("after acquiring 3 and releasing 1: %v, want 4 slots", got.Slots)
+	}
+	u, ok := s.undoEntry(g)
+	if !ok {
+		t.Fatal("undoEntry: nothing to take back")
+	}
+	runAt(t, s, t0+10, u)
+	if got, _ := readState(t, c, s.prefix, id); !sameState(got, before) {
+		t.Fatalf("after undo: %v, want %v", got.Slots, before.Slots)
+	}
+	apply(t0+20, limiter.Hit{Hits: 2, Refund: true, SlotToken: 7})
+	if got, ok := readState(t, c, s.prefix, id); ok {
+		t.Fatalf("after releasing token 7's two slots: %v, want none", got.Slots)
+	}
+}
