@@ -293,7 +293,8 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	}
 	admitted := evaluate(nowMs, hits, sc.states, results, sc.next, &sc.ev)
 	for i, h := range hits {
-		// A denied request changes only the counters its overdraw hits grew.
+		// A denied request changes only the counters its overdraw and
+		// CountDenied hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
 			e := newEntry(sc.next[i], nowMs, h.Limit, results[i])
 			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})

@@ -102,7 +102,7 @@
 // window), the moment a token bucket is full again (its burst over its
 // rate, or later when hits went beyond its burst); a counter that becomes
 // empty is deleted, so no key outlives its state. A denied request writes
-// nothing (overdraw hits aside).
+// nothing (overdraw and count-denied hits aside).
 //
 // # Shared limits
 //

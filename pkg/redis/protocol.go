@@ -90,10 +90,10 @@ const (
 const (
 	// The kinds of an entry. Apply decides its hits and consumes only if the
 	// request is admitted (limiter.MarkOverLimit's rule); check decides as
-	// apply but writes only what overdraw hits consume, for the slots of a
-	// Cluster request another slot denied; undo takes back what an
-	// admitting apply consumed, or a lease's unspent permits (with a
-	// marker, idempotent: a retry changes nothing).
+	// apply but writes only what overdraw and count-denied hits consume,
+	// for the slots of a Cluster request another slot denied; undo takes
+	// back what an admitting apply consumed, or a lease's unspent permits
+	// (with a marker, idempotent: a retry changes nothing).
 	kindApply = 1
 	kindCheck = 2
 	kindUndo  = 3

@@ -40,7 +40,8 @@
 -- at the end if it changed, with the TTL of its expiry (at most two windows
 -- away for the windows and logs, when the bucket is full again for a token
 -- bucket); a state that becomes empty is deleted, so no key exists without a
--- TTL. What a denied entry sees is never written (overdraw hits aside).
+-- TTL. What a denied entry sees is never written (overdraw and count-denied
+-- hits aside).
 --
 -- An algorithm's file implements, on its state (s1, s2, s3: limiter.State's
 -- At, N1, N2, or what the file says), with w the window in ms, L the
