@@ -134,7 +134,7 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 func (c *OverLimitCache) lookup(sig []byte, hits []Hit, now time.Time) ([]Result, bool) {
 	c.mu.Lock()
 	d, ok := c.m[string(sig)]
-	if ok && now.Before(d.until) && slices.Equal(d.hits, hits) {
+	if ok && now.Before(d.until) && sameRequest(d.hits, hits) {
 		c.mu.Unlock()
 		c.hits.Add(1)
 		return d.replay(now), true
@@ -145,6 +145,23 @@ func (c *OverLimitCache) lookup(sig []byte, hits []Hit, now time.Time) ([]Result
 	}
 	c.mu.Unlock()
 	return nil, false
+}
+
+// sameRequest reports whether hits a and b are the same request: equal but
+// for their slot tokens, which a concurrency acquire draws anew every time
+// and which a denied request, taking no slot, never uses.
+func sameRequest(a, b []Hit) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x := a[i]
+		x.SlotToken = b[i].SlotToken
+		if x != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // dropRefunded drops the cached denials that touch a counter that hits

@@ -211,3 +211,27 @@ func TestOverLimitCacheCountsDenied(t *testing.T) {
 		t.Fatalf("%d of 5 requests reached the store, want all", n)
 	}
 }
+
+// TestOverLimitCacheIgnoresSlotTokens: a request that a rate limit denies
+// repeats as the same request whatever slot token its concurrency acquire
+// drew (a denied request takes no slot), so the cache still answers it.
+func TestOverLimitCacheIgnoresSlotTokens(t *testing.T) {
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
+	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
+	cached := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
+	streams := limiter.Limit{Requests: 5, Window: time.Minute, Algorithm: limiter.Concurrency}
+	full := limiter.Limit{Requests: 0, Window: time.Minute}
+	for i := range 3 {
+		res, err := cached.Apply(context.Background(), []limiter.Hit{
+			{Key: "s", Limit: streams, Hits: 1, SlotToken: limiter.NewSlotToken()}, {Key: "f", Limit: full, Hits: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Allowed || !res[1].OverLimit {
+			t.Fatalf("request %d: %+v, want the slot allowed and the request denied by the full limit", i, res)
+		}
+	}
+	if n := inner.calls.Load(); n != 1 {
+		t.Fatalf("%d of 3 requests reached the store, want 1 (the others answered from the cache)", n)
+	}
+}
