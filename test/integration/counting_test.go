@@ -122,8 +122,8 @@ func TestConcurrencyReleasesOnlyItsOwnSlot(t *testing.T) {
 				t.Errorf("after every stream ended, an acquire leaves %d free, want 4 (all 5 were free)", got)
 			}
 
-			// 150 clients, 3 of 4 test, each holding its stream 20 ms: more
-			// than the pool holds.
+			// 150 clients, 3 of 4 test, each holding its stream 100 ms: more
+			// than the pool holds, even when calls are slow.
 			var test, all gauge
 			for i := range 150 {
 				c := streamClient{s: s, entries: []string{"workers", "w", "priority", "test"}, gauges: []*gauge{&test, &all}}
@@ -132,14 +132,14 @@ func TestConcurrencyReleasesOnlyItsOwnSlot(t *testing.T) {
 				}
 				wg.Go(func() {
 					for range 10 {
-						c.stream(t, 20*time.Millisecond)
+						c.stream(t, 100*time.Millisecond)
 					}
 				})
 			}
 			wg.Wait()
 			t.Logf("pool of 100: at most %d test streams and %d in all at once", test.peak.Load(), all.peak.Load())
-			if test.peak.Load() > 50 || all.peak.Load() > 100 || all.peak.Load() < 60 {
-				t.Errorf("pool of 100, test at 50%%: up to %d test streams and %d in all at once, want test at most 50 and at most 100 in all (and the pool filled past test's 50)",
+			if test.peak.Load() > 50 || all.peak.Load() > 100 || all.peak.Load() <= 50 {
+				t.Errorf("pool of 100, test at 50%%: up to %d test streams and %d in all at once, want test at most 50 and at most 100 in all (and the pool past test's 50: critical in its reserve)",
 					test.peak.Load(), all.peak.Load())
 			}
 		})
