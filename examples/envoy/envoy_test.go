@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/envoysim"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 
 	// Every typed_config "@type" in envoy.yaml must resolve, so each
 	// extension it names is linked in (the ones used by name above register
@@ -58,10 +59,16 @@ var sampleHeaders = map[string]string{
 	"x-internal-key": "billing",
 }
 
+// slotToken is the slot token that Sluice's answer on the request path
+// left in the rate limit filter's dynamic metadata, as for an admitted
+// request that took a concurrency slot (ratelimit.SlotTokenKey).
+const slotToken = "4503599627370"
+
 // newRequest returns a simulated request from clientAddress to authority
-// over http.
+// over http, admitted on the request path with a slot token.
 func newRequest(path string, headers map[string]string) envoysim.Request {
-	return envoysim.Request{Path: path, Headers: headers, Authority: authority, Scheme: "http", ClientAddress: clientAddress}
+	return envoysim.Request{Path: path, Headers: headers, Authority: authority, Scheme: "http", ClientAddress: clientAddress,
+		DynamicMetadata: map[string]map[string]string{"envoy.filters.http.ratelimit": {ratelimit.SlotTokenKey: slotToken}}}
 }
 
 // TestEnvoyYAML checks examples/envoy/envoy.yaml the way Envoy would load it
@@ -111,6 +118,7 @@ func TestEnvoyYAML(t *testing.T) {
 			"edge [path=<:path>]",
 			"edge [remote_address=<client address>]",
 			"edge [streams=<x-api-key>]",
+			"edge [streams=<x-api-key>, sluice_slot=<metadata envoy.filters.http.ratelimit:sluice_slot>]",
 			"edge [token_budget=<x-api-key>]",
 			"edge [pool=checkout_db, priority=<x-priority>]",
 			"edge [pool=checkout_db]",
@@ -696,7 +704,7 @@ func TestEnvoyYAMLUsageRoutes(t *testing.T) {
 		{"/v1/chat", []string{"[api_key=alice] hits= negative=false done=false", "[token_budget=alice] hits=0 negative=false done=false",
 			"[token_budget=alice] hits=%RESP(x-tokens-used)% negative=false done=true"}},
 		{"/v1/stream", []string{"[api_key=alice] hits= negative=false done=false", "[streams=alice] hits= negative=false done=false",
-			"[streams=alice] hits=1 negative=true done=true"}},
+			"[streams=alice, sluice_slot=" + slotToken + "] hits=1 negative=true done=true"}},
 	} {
 		sent, err := sendFor(b, newRequest(tc.path, map[string]string{"x-api-key": "alice"}))
 		if err != nil {
@@ -705,10 +713,7 @@ func TestEnvoyYAMLUsageRoutes(t *testing.T) {
 		var got []string
 		for _, d := range sent {
 			got = append(got, fmt.Sprintf("%s hits=%s negative=%v done=%v", envoysim.FormatEntries(d.Entries), d.HitsAddend, d.NegativeHits, d.StreamDone))
-			es := make([]descriptors.Entry, len(d.Entries))
-			for i, e := range d.Entries {
-				es[i] = e.Entry
-			}
+			es := envoysim.Matched(d.Entries)
 			r := cfg.Match("edge", es)
 			switch {
 			case r == nil || r.Limit == nil:
@@ -723,5 +728,50 @@ func TestEnvoyYAMLUsageRoutes(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("descriptors for %s = %q, want %q", tc.path, got, tc.want)
 		}
+	}
+}
+
+// TestEnvoyYAMLReleasesSendTheSlotToken: every release of a concurrency
+// limit (sent when the stream ends, is_negative_hits) carries the slot token
+// of its request as its last entry, read from the rate limit filter's
+// dynamic metadata, so that it frees that request's slot only; and a
+// request that got no token (denied, or answered by the failure mode)
+// sends no release at all.
+func TestEnvoyYAMLReleasesSendTheSlotToken(t *testing.T) {
+	b, err := parseBootstrap(readFile(t, envoyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := loadConfig(t, configDir)
+	sent, errs := simulate(b)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	releases := 0
+	for _, d := range sent {
+		r := cfg.Match(d.Domain, envoysim.Matched(d.Entries))
+		if !d.StreamDone || !d.NegativeHits || r == nil || r.Limit == nil || !r.Limit.Algorithm.Traits().InFlight {
+			continue
+		}
+		releases++
+		last := d.Entries[len(d.Entries)-1]
+		if last.Key != ratelimit.SlotTokenKey || last.Source != "metadata envoy.filters.http.ratelimit:"+ratelimit.SlotTokenKey {
+			t.Errorf("route %q: the release %s of rule %s does not end with the slot token from the rate limit filter's dynamic metadata",
+				d.Route, envoysim.FormatEntries(d.Entries), r.FullKey)
+		}
+		denied := d.Req
+		denied.DynamicMetadata = nil
+		if ds, err := sendFor(b, denied); err != nil {
+			t.Fatal(err)
+		} else {
+			for _, x := range ds {
+				if x.StreamDone && x.NegativeHits && slices.Equal(envoysim.Matched(x.Entries), envoysim.Matched(d.Entries)) {
+					t.Errorf("route %q: a request without a slot token (denied) still sends the release %s", d.Route, envoysim.FormatEntries(x.Entries))
+				}
+			}
+		}
+	}
+	if releases == 0 {
+		t.Error("no route releases a concurrency slot: the example should show how")
 	}
 }

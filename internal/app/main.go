@@ -165,8 +165,8 @@ func unjoin(err error) []error {
 // logSettings logs, once at start, what envoyproxy/ratelimit's variables
 // set (info), the ones Sluice does not apply with what it does instead (one
 // warning line), what the flags and SLUICE_* variables changed from the
-// default (info), and SLUICE_* variables that are no setting (one warning
-// line).
+// default (info), how hits count (info), and SLUICE_* variables that are no
+// setting (one warning line).
 func logSettings(log *zap.Logger, s *settings.Settings, environ []string) {
 	r := s.Report()
 	if len(r.Peer) > 0 {
@@ -178,6 +178,7 @@ func logSettings(log *zap.Logger, s *settings.Settings, environ []string) {
 	if len(r.Changed) > 0 {
 		log.Info("settings changed from the default", zap.Strings("settings", r.Changed))
 	}
+	log.Info("counting in force", zap.String("counting", r.Counting))
 	if w := settings.UnknownEnv(environ); len(w) > 0 {
 		log.Warn("unknown SLUICE_* variables", zap.Strings("variables", w))
 	}

@@ -37,6 +37,7 @@ func (srv *server) newServices() error {
 		Observers:   append(observers, srv.observers()...),
 		ShadowMode:  s.ShadowMode,
 		Overdraw:    s.Overdraw,
+		CountDenied: s.CountDenied,
 	})
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,

@@ -16,10 +16,12 @@ import (
 // produces for req, in action order, and false when Envoy would send no
 // descriptor for it (an action with nothing to add, such as an absent
 // header without skip_if_absent). It simulates the request_headers,
-// remote_address (sending req.ClientAddress), generic_key and
-// header_value_match actions, with Envoy's default descriptor keys. It
-// returns an error for any other action, for header_value_match with a
-// default_value, and for a header matcher HeadersMatch does not simulate.
+// remote_address (sending req.ClientAddress), generic_key,
+// header_value_match and metadata (source DYNAMIC, a path of one key, read
+// from req.DynamicMetadata) actions, with Envoy's default descriptor keys.
+// It returns an error for any other action, for header_value_match with a
+// default_value, for metadata from the route entry or by a longer path, and
+// for a header matcher HeadersMatch does not simulate.
 func Entries(actions []*routev3.RateLimit_Action, req Request) ([]Entry, bool, error) {
 	var out []Entry
 	for i, a := range actions {
@@ -55,6 +57,17 @@ func Entries(actions []*routev3.RateLimit_Action, req Request) ([]Entry, bool, e
 			}
 			key := cmp.Or(hv.GetDescriptorKey(), "header_match") // Envoy's default key
 			out = append(out, Entry{descriptors.Entry{Key: key, Value: hv.GetDescriptorValue()}, ""})
+		case a.GetMetadata() != nil:
+			e, ok, err := metadataEntry(a.GetMetadata(), req)
+			switch {
+			case err != nil:
+				return nil, false, fmt.Errorf("actions[%d]: %w", i, err)
+			case !ok && a.GetMetadata().GetSkipIfAbsent():
+				continue
+			case !ok:
+				return nil, false, nil
+			}
+			out = append(out, e)
 		default:
 			return nil, false, fmt.Errorf("actions[%d]: action %T is not simulated; teach envoysim.Entries about it", i, a.GetActionSpecifier())
 		}
@@ -122,4 +135,26 @@ func stringMatch(sm *matcherv3.StringMatcher, v string) (bool, error) {
 	default:
 		return false, fmt.Errorf("string matcher %T is not simulated", p)
 	}
+}
+
+// metadataEntry is the entry of a metadata action for req: the string at
+// its key in req.DynamicMetadata, else its default_value, and false when
+// neither is there (Envoy then adds nothing; an empty string counts as
+// absent, as in Envoy).
+func metadataEntry(md *routev3.RateLimit_Action_MetaData, req Request) (Entry, bool, error) {
+	if md.GetSource() != routev3.RateLimit_Action_MetaData_DYNAMIC {
+		return Entry{}, false, fmt.Errorf("metadata from %v is not simulated", md.GetSource())
+	}
+	ns, path := md.GetMetadataKey().GetKey(), md.GetMetadataKey().GetPath()
+	if len(path) != 1 || path[0].GetKey() == "" {
+		return Entry{}, false, fmt.Errorf("metadata %s: a path of %d keys is not simulated (want one)", ns, len(path))
+	}
+	key := path[0].GetKey()
+	if v := req.DynamicMetadata[ns][key]; v != "" {
+		return Entry{descriptors.Entry{Key: md.GetDescriptorKey(), Value: v}, "metadata " + ns + ":" + key}, true, nil
+	}
+	if d := md.GetDefaultValue(); d != "" {
+		return Entry{descriptors.Entry{Key: md.GetDescriptorKey(), Value: d}, ""}, true, nil
+	}
+	return Entry{}, false, nil
 }

@@ -13,6 +13,7 @@
 // picked.
 //
 // In the import chain it is a leaf for tests only: it imports
-// go-control-plane, protobuf and pkg/descriptors (never the testing
-// package), and only _test.go files import it, never production code.
+// go-control-plane, protobuf, pkg/descriptors and pkg/ratelimit (for the
+// reserved slot token entry; never the testing package), and only _test.go
+// files import it, never production code.
 package envoysim

@@ -24,6 +24,11 @@ type Request struct {
 	// ClientAddress is the downstream address: the value the
 	// remote_address action sends.
 	ClientAddress string
+	// DynamicMetadata is the stream's dynamic metadata by filter namespace,
+	// then key, holding string values: what the metadata action (source
+	// DYNAMIC) reads. The rate limit filter keeps its service's response
+	// metadata under envoy.filters.http.ratelimit.
+	DynamicMetadata map[string]map[string]string
 }
 
 // Header returns the value Envoy would see for the header name, and
@@ -94,7 +99,8 @@ func sampleValue(values map[string]string, name string) string {
 type Entry struct {
 	descriptors.Entry
 	// Source is "" for a value fixed by the config, else the name of the
-	// header the value was read from, or "client address".
+	// header the value was read from, "client address", or "metadata
+	// <namespace>:<key>" for dynamic metadata.
 	Source string
 }
 

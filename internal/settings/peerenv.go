@@ -200,7 +200,8 @@ func peerDefault(name, what string) string {
 
 // defaults applies, when Sluice runs with the peer's settings (inUse), the
 // peer's defaults that change an outcome and that no set variable gave: a
-// hit counts as the peer counts it (every hit, as --overdraw, unless
+// hit counts as the peer counts it (--count-denied: over the limit when the
+// count after it passes the limit, counted either way, unless
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true), no response headers
 // unless LIMIT_RESPONSE_HEADERS_ENABLED=true, and Redis at the peer's
 // default socket when REDIS_URL is unset, never the in-memory store. A
@@ -215,8 +216,9 @@ func (p *peerEnv) defaults() error {
 		p.redisErr = fmt.Errorf("REDIS_URL=%q (envoyproxy/ratelimit's setting): set but empty, it names no Redis; "+
 			"unset it for envoyproxy/ratelimit's default socket %s, or set host:port with REDIS_SOCKET_TYPE=tcp", p.getenv("REDIS_URL"), peerRedisSocket)
 	}
-	if _, ok := p.vals["overdraw"]; !ok {
-		p.set("overdraw", "true", peerDefault("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "every hit counts, admitted or not"))
+	if _, ok := p.vals["count-denied"]; !ok {
+		p.set("count-denied", "true", peerDefault("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+			"a request is over the limit when the count after its hits passes the limit, and its hits count either way"))
 	}
 	if _, ok := p.vals["response-headers"]; !ok {
 		p.set("response-headers", "none", peerDefault("LIMIT_RESPONSE_HEADERS_ENABLED", "no rate limit headers"))
@@ -550,14 +552,14 @@ func healthcheck(p *peerEnv, name, _ string) error {
 }
 
 // stopIncrement maps STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: false (the
-// peer's default) counts every hit, admitted or not, as --overdraw; true
-// counts nothing of a denied request, as Sluice's own default. A rule's
-// own overdraw wins over either.
+// peer's default) counts the hits of a denied request too, as
+// --count-denied; true counts nothing of a denied request, as Sluice's own
+// default. A rule's own overdraw, and --overdraw, win over either.
 func stopIncrement(p *peerEnv, name, v string) error {
 	if err := checkKind(name, v, "bool"); err != nil {
 		return err
 	}
-	p.set("overdraw", strconv.FormatBool(!isTrue(v)), name)
+	p.set("count-denied", strconv.FormatBool(!isTrue(v)), name)
 	return nil
 }
 
@@ -867,8 +869,9 @@ var peerVars = []peerVar{
 	{"NEAR_LIMIT_RATIO", "0.8", "`--near-limit-ratio`", direct("near-limit-ratio", "float")},
 	{"CACHE_KEY_PREFIX", "", "`--redis-prefix` (Sluice's keys differ from the peer's anyway: counters are not shared)", direct("redis-prefix", "")},
 	{"BACKEND_TYPE", "redis", "`redis`: Redis at `REDIS_URL` (or its default socket); `memcache`: refused at start", backend},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", "`false` or unset: `--overdraw=true` (every hit counts, admitted or not, as in the peer); " +
-		"`true`: `--overdraw=false` (a denied request consumes nothing); a rule's own `overdraw:` wins", stopIncrement},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", "`false` or unset: `--count-denied=true` (a request is over the limit when the count after its hits passes the limit, " +
+		"and its hits count either way, as in the peer); `true`: `--count-denied=false` (a denied request consumes nothing); " +
+		"a rule's own `overdraw:`, and `--overdraw`, win; a pool's class never counts a shed request", stopIncrement},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "`true`: `--response-headers=compat` (the peer's three headers, and `Retry-After`); " +
 		"`false` or unset: `--response-headers=none`", compatHeaders},
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "`--compat-header-names` (with `LIMIT_RESPONSE_HEADERS_ENABLED=true`)", compatHeaders},

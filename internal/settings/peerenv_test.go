@@ -155,8 +155,8 @@ var peerCases = []struct{ env, want string }{
 	{"CACHE_KEY_PREFIX=rl_", "redis-prefix=rl_"},
 	{"BACKEND_TYPE=redis", "redis-url=unix:///var/run/nutcracker/ratelimit.sock"},
 	{"BACKEND_TYPE=memcache", "error: BACKEND_TYPE=memcache: Sluice keeps its counters in Redis"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "overdraw=false"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "overdraw=true"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "count-denied=false"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", "count-denied=true"},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=maybe", "error: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=\"maybe\""},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "response-headers=compat compat-header-names=RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED=false", "response-headers=none"},
@@ -381,41 +381,44 @@ func TestPeerDefaultsApply(t *testing.T) {
 		}
 		return env
 	}
+	const peerLine = "--count-denied=true (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset: a request is over the limit when the count after " +
+		"its hits passes the limit, and its hits count either way (envoyproxy/ratelimit's default))"
 	for _, tc := range []struct {
 		name     string
 		env      map[string]string
 		args     []string
-		overdraw bool
+		counting string // Settings.Counting's mode
 		headers  string
 		redis    string
 		line     string
 	}{
-		{"Sluice's own", map[string]string{}, nil, false, "draft", "", ""},
-		{"tracing names alone", map[string]string{"TRACING_ENABLED": "false"}, nil, false, "draft", "", ""},
-		{"peer", peer, nil, true, "none", "unix:///var/run/nutcracker/ratelimit.sock",
-			"--overdraw=true (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset: every hit counts, admitted or not (envoyproxy/ratelimit's default))"},
-		{"peer, stop increment", with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"), nil, false, "none", "unix:///var/run/nutcracker/ratelimit.sock",
-			"--overdraw=false (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)"},
-		{"peer, SLUICE_OVERDRAW wins", with("SLUICE_OVERDRAW=false"), nil, false, "none", "unix:///var/run/nutcracker/ratelimit.sock",
-			"overridden by SLUICE_OVERDRAW (--overdraw=false in force)"},
-		{"peer, flag wins", with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"), []string{"--overdraw"}, true, "none", "unix:///var/run/nutcracker/ratelimit.sock",
-			"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: overridden by --overdraw (--overdraw=true in force)"},
-		{"peer headers", with("LIMIT_RESPONSE_HEADERS_ENABLED=true"), nil, true, "compat", "unix:///var/run/nutcracker/ratelimit.sock",
+		{"Sluice's own", map[string]string{}, nil, "all-or-nothing", "draft", "", ""},
+		{"tracing names alone", map[string]string{"TRACING_ENABLED": "false"}, nil, "all-or-nothing", "draft", "", ""},
+		{"peer", peer, nil, "count-denied", "none", "unix:///var/run/nutcracker/ratelimit.sock", peerLine},
+		{"peer, stop increment", with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"), nil, "all-or-nothing", "none", "unix:///var/run/nutcracker/ratelimit.sock",
+			"--count-denied=false (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)"},
+		{"peer, SLUICE_COUNT_DENIED wins", with("SLUICE_COUNT_DENIED=false"), nil, "all-or-nothing", "none", "unix:///var/run/nutcracker/ratelimit.sock",
+			"overridden by SLUICE_COUNT_DENIED (--count-denied=false in force)"},
+		{"peer, flag wins", with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false"), []string{"--count-denied=false"}, "all-or-nothing", "none",
+			"unix:///var/run/nutcracker/ratelimit.sock",
+			"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: overridden by --count-denied (--count-denied=false in force)"},
+		{"peer, --overdraw wins where it applies", peer, []string{"--overdraw"}, "overdraw", "none", "unix:///var/run/nutcracker/ratelimit.sock", peerLine},
+		{"peer headers", with("LIMIT_RESPONSE_HEADERS_ENABLED=true"), nil, "count-denied", "compat", "unix:///var/run/nutcracker/ratelimit.sock",
 			"--response-headers=compat (LIMIT_RESPONSE_HEADERS_ENABLED)"},
-		{"peer, headers flag wins", peer, []string{"--response-headers", "draft"}, true, "draft", "unix:///var/run/nutcracker/ratelimit.sock",
+		{"peer, headers flag wins", peer, []string{"--response-headers", "draft"}, "count-denied", "draft", "unix:///var/run/nutcracker/ratelimit.sock",
 			"LIMIT_RESPONSE_HEADERS_ENABLED unset: no rate limit headers (envoyproxy/ratelimit's default): overridden by --response-headers (--response-headers=draft in force)"},
-		{"peer, Redis given", with("REDIS_URL=r:6379"), nil, true, "none", "redis://r:6379", "--redis-url=redis://r:6379 (REDIS_URL)"},
-		{"peer, BACKEND_TYPE alone", map[string]string{"BACKEND_TYPE": "redis"}, nil, true, "none", "unix:///var/run/nutcracker/ratelimit.sock", ""},
-		{"peer, cluster by flag", peer, []string{"--redis-cluster-addrs", "n1:7000"}, true, "none", "", ""},
+		{"peer, Redis given", with("REDIS_URL=r:6379"), nil, "count-denied", "none", "redis://r:6379", "--redis-url=redis://r:6379 (REDIS_URL)"},
+		{"peer, BACKEND_TYPE alone", map[string]string{"BACKEND_TYPE": "redis"}, nil, "count-denied", "none", "unix:///var/run/nutcracker/ratelimit.sock", ""},
+		{"peer, cluster by flag", peer, []string{"--redis-cluster-addrs", "n1:7000"}, "count-denied", "none", "", ""},
 	} {
 		s, err := Parse(tc.args, envOf(tc.env), io.Discard)
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if s.Overdraw != tc.overdraw || s.ResponseHeaders != tc.headers || s.RedisURL != tc.redis {
-			t.Errorf("%s: overdraw %t, response headers %q, redis %q; want %t, %q, %q", tc.name, s.Overdraw, s.ResponseHeaders, s.RedisURL,
-				tc.overdraw, tc.headers, tc.redis)
+		if mode, _ := s.Counting(); mode != tc.counting || s.ResponseHeaders != tc.headers || s.RedisURL != tc.redis {
+			t.Errorf("%s: counting %s, response headers %q, redis %q; want %s, %q, %q", tc.name, mode, s.ResponseHeaders, s.RedisURL,
+				tc.counting, tc.headers, tc.redis)
 		}
 		if applied := strings.Join(s.peer.applied(), "\n"); !strings.Contains(applied, tc.line) {
 			t.Errorf("%s: the start-up line lacks %q:\n%s", tc.name, tc.line, applied)

@@ -26,11 +26,32 @@ type Report struct {
 	// variable set to other than the default: "--overdraw=true
 	// (SLUICE_OVERDRAW)".
 	Changed []string
+	// Counting says how hits count for rules whose rate_limit sets no
+	// overdraw (Counting's mode and what it means).
+	Counting string
+}
+
+// Counting returns how hits count for rules whose rate_limit sets no
+// overdraw, as the settings in force decide it: mode "overdraw"
+// (--overdraw), "count-denied" (--count-denied, envoyproxy/ratelimit's
+// counting) or "all-or-nothing" (Sluice's default), and what it means.
+func (s *Settings) Counting() (mode, what string) {
+	const rest = "; a rule's own overdraw decides its counting, and a pool's class never counts a shed request"
+	switch {
+	case s.Overdraw:
+		return "overdraw", "overdraw (--overdraw): every hit a limit is sent counts, admitted or not, and a request is admitted " +
+			"while its counter is under the limit (limits that cannot overdraw: all or nothing)" + rest
+	case s.CountDenied:
+		return "count-denied", "count-denied (--count-denied, envoyproxy/ratelimit's counting): a request is over the limit when the " +
+			"count after its hits passes the limit, and its hits count either way (limits that cannot: all or nothing)" + rest
+	}
+	return "all-or-nothing", "all-or-nothing: a request is admitted only if every limit admits it, and a denied one consumes nothing" + rest
 }
 
 // Report returns what s reports at start.
 func (s *Settings) Report() Report {
 	var r Report
+	_, r.Counting = s.Counting()
 	if s.peer != nil {
 		r.Peer, r.PeerWarnings = s.peer.applied(), s.peer.warnings
 	}

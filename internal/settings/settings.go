@@ -40,6 +40,7 @@ type Settings struct {
 	Healthcheck     string
 	ShadowMode      bool
 	Overdraw        bool
+	CountDenied     bool
 	CompatNames     string
 	RedisTLSCert    string
 	RedisTLSKey     string
@@ -171,6 +172,7 @@ func (s *Settings) table() []setting {
 		{"compat-header-names", "names of the compat headers: the limit, the remaining and the reset", defaultCompatNames, &s.CompatNames},
 		{"shadow-mode", "put every limit in shadow mode: counted and measured, never denying", "false", &s.ShadowMode},
 		{"overdraw", "count every hit a limit is sent, admitted or not (response cost, token budgets), for rules whose rate_limit sets no overdraw (configs over xDS cannot)", "false", &s.Overdraw},
+		{"count-denied", "count the hits of a denied request too, as envoyproxy/ratelimit does: a hit is over the limit when the count after it would pass the limit, and counts either way; for rules whose rate_limit sets no overdraw, where --overdraw does not apply, never for a pool's class", "false", &s.CountDenied},
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
 		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},

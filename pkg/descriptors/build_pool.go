@@ -23,6 +23,14 @@ func (b *builder) pool(n *Node, r *Rule, path string) *Pool {
 	case r.Unlimited:
 		b.errorAt(c.Pos, path, "classes with unlimited: true (an unlimited limit counts nothing, so it is no pool)")
 		return nil
+	case n.RateLimit.Overdraw.State == FieldSet && n.RateLimit.Overdraw.Value:
+		// A report that cannot be refused would take the pool past the
+		// class's ceiling, into the reserve of the classes above it; and
+		// counting only up to the ceiling would lose what was reported.
+		b.errorAt(n.RateLimit.Overdraw.KeyPos, strings.TrimSuffix(path, ".classes")+".rate_limit.overdraw",
+			"overdraw with classes (every report would count, so a low class's reports could take the reserve of the classes "+
+				"above it): count usage reported after the response in a rule of its own, without classes")
+		return nil
 	}
 	p := &Pool{}
 	switch f := c.Key; state(b, f, path+".key") {

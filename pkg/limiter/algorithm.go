@@ -29,10 +29,11 @@ const (
 	// SlidingLog is the exact sliding log (log.go): the time of every
 	// admitted hit in the last Window. Requests is at most MaxLogRequests.
 	SlidingLog
-	// Concurrency counts requests in flight (log.go): an acquire adds hits, a
-	// refund (Envoy's is_negative_hits, sent when the stream ends) releases
-	// them, and a slot never released frees itself one Window after its
-	// acquire. Requests is at most MaxLogRequests.
+	// Concurrency counts requests in flight (log.go): an acquire takes hits
+	// slots under its Hit.SlotToken, a refund (Envoy's is_negative_hits,
+	// sent when the stream ends) releases slots of its SlotToken only, and
+	// a slot never released frees itself one Window after its acquire.
+	// Requests is at most MaxLogRequests.
 	Concurrency
 )
 
@@ -61,6 +62,9 @@ type Traits struct {
 	// Overdraw says Limit.Overdraw is allowed (and the service's overdraw
 	// default applies to it).
 	Overdraw bool
+	// CountDenied says Limit.CountDenied is allowed (and the service's
+	// default of counting denied hits applies to it).
+	CountDenied bool
 	// Burst says Limit.Burst is read: the capacity, Requests by default.
 	Burst bool
 	// SubWindows says Limit.SubWindows is read (and is part of the
@@ -77,6 +81,16 @@ type Traits struct {
 	MaxRequests uint64
 }
 
+// change is what one request does to one counter (Evaluate's growth):
+// inc, the largest Hits among its non-refund hits, then dec, the largest
+// among its refunds; for an algorithm that counts requests in flight,
+// acquire names the slots inc takes and release the slots dec frees (the
+// largest SlotToken among the counter's acquires, and among its releases).
+type change struct {
+	inc, dec         uint64
+	acquire, release uint64
+}
+
 // registered is one row of the registry: the Traits and the Go twin.
 type registered struct {
 	Traits
@@ -88,16 +102,16 @@ type registered struct {
 // Limit.Validate, MemoryStore's expiry and eviction, OverLimitCache, and
 // outside the package every reader of Traits) goes through it.
 var algorithms = [...]registered{
-	SlidingWindow: {Traits{Name: "sliding_window", Code: "sw", Lease: true, Overdraw: true, SubWindows: true, Shares: true},
+	SlidingWindow: {Traits{Name: "sliding_window", Code: "sw", Lease: true, Overdraw: true, CountDenied: true, SubWindows: true, Shares: true},
 		slidingWindow{}},
-	TokenBucket: {Traits{Name: "token_bucket", Code: "tb", Packed: true, Overdraw: true, Burst: true, Shares: true},
+	TokenBucket: {Traits{Name: "token_bucket", Code: "tb", Packed: true, Overdraw: true, CountDenied: true, Burst: true, Shares: true},
 		tokenBucket{}},
-	FixedWindow: {Traits{Name: "fixed_window", Code: "fw", Packed: true, Lease: true, Overdraw: true, Shares: true},
+	FixedWindow: {Traits{Name: "fixed_window", Code: "fw", Packed: true, Lease: true, Overdraw: true, CountDenied: true, Shares: true},
 		fixedWindow{}},
 	SlidingLog: {Traits{Name: "sliding_log", Code: "sl", Shares: true, MaxRequests: MaxLogRequests},
-		slidingLog{release: releaseNewest}},
+		slidingLog{}},
 	Concurrency: {Traits{Name: "concurrency", Code: "cc", InFlight: true, MaxRequests: MaxLogRequests},
-		slidingLog{release: releaseOldest}},
+		slidingLog{inFlight: true}},
 }
 
 // Traits returns a's row of the registry, the zero Traits for a number
@@ -163,10 +177,11 @@ type algorithm interface {
 	// not, the time until they would with no further traffic (at least 1).
 	// n <= l.Capacity() (the capacity under the Ceiling).
 	decide(s State, nowMs int64, l Limit, n uint64) (ok bool, retryMs int64)
-	// consume returns the rolled s after admitting inc hits and then
-	// refunding dec (never below empty). inc and dec are each the largest
-	// among the counter's hits and refunds.
-	consume(s State, nowMs int64, l Limit, inc, dec uint64) State
+	// consume returns the rolled s after the change c: admitting c.inc hits
+	// and then refunding c.dec (the newest hits first, never below empty),
+	// or for an algorithm that counts requests in flight, releasing c.dec
+	// of the slots of token c.release.
+	consume(s State, nowMs int64, l Limit, c change) State
 	// report returns how many more hits l admits on s right now (0 unless
 	// allowed: it is computed for an allowed hit only) and the time until s
 	// admits the full l with no further traffic.
@@ -211,8 +226,11 @@ type algorithm interface {
 //     fraction in units of 1/N2 ms, N2 the refill's denominator (see
 //     token.go).
 //   - fixed_window: At the window index, N1 the count.
-//   - sliding_log and concurrency: Slots holds the Unix ms time of every
-//     counted hit still in the window, ascending, one element per hit.
+//   - sliding_log: Slots holds the Unix ms time of every counted hit
+//     still in the window, ascending, one element per hit.
+//   - concurrency: Slots holds two elements per slot still in the window,
+//     its acquire's Unix ms time and its slot token (Hit.SlotToken),
+//     ascending by time, slots of one time in the order they were taken.
 //
 // Shared code never compares States and Evaluate never changes a State it is
 // given, so the slice field works: its algorithm returns a new slice

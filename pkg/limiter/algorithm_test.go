@@ -64,6 +64,15 @@ func TestLimitValidate(t *testing.T) {
 		{limiter.Limit{Requests: 1001, Window: time.Minute, Algorithm: limiter.Concurrency}, "requests"},
 		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.Concurrency, SubWindows: 2}, "sub_windows"},
 		{limiter.Limit{Requests: 1, Algorithm: 200}, "algorithm"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, CountDenied: true}, ""},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.FixedWindow, CountDenied: true}, ""},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.SlidingLog, CountDenied: true}, "count_denied"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.Concurrency, CountDenied: true}, "count_denied"},
+		{limiter.Limit{Requests: 1, Window: time.Minute, Overdraw: true, CountDenied: true}, "count_denied"},
+		// A pool's class neither overdraws nor counts denied hits: either
+		// would take the classes above it past their reserve.
+		{limiter.Limit{Requests: 10, Window: time.Minute, Ceiling: 500, Overdraw: true}, "ceiling"},
+		{limiter.Limit{Requests: 10, Window: time.Minute, Ceiling: 1000, CountDenied: true}, "ceiling"},
 	} {
 		err := tc.l.Validate()
 		switch {
@@ -134,5 +143,32 @@ func TestMarkOverLimit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHitValidate: a slot token must fit a double exactly (the Lua twin
+// compares them), and the Limit must Validate.
+func TestHitValidate(t *testing.T) {
+	l := limiter.Limit{Requests: 1, Window: time.Minute, Algorithm: limiter.Concurrency}
+	for _, tc := range []struct {
+		h     limiter.Hit
+		field string
+	}{
+		{limiter.Hit{Limit: l, SlotToken: limiter.MaxSlotToken}, ""},
+		{limiter.Hit{Limit: l, SlotToken: limiter.MaxSlotToken + 1}, "slot_token"},
+		{limiter.Hit{Limit: limiter.Limit{Requests: 1}}, "window"},
+	} {
+		err := tc.h.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%+v.Validate() = %v, want nil", tc.h, err)
+		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field+": ")):
+			t.Errorf("%+v.Validate() = %v, want an error naming %s", tc.h, err, tc.field)
+		}
+	}
+	for range 1000 {
+		if tok := limiter.NewSlotToken(); tok == 0 || tok > limiter.MaxSlotToken {
+			t.Fatalf("NewSlotToken() = %d, want 1 to %d", tok, uint64(limiter.MaxSlotToken))
+		}
 	}
 }

@@ -336,9 +336,11 @@ func TestFixedWindowGivesThePeersCodes(t *testing.T) {
 	}
 }
 
-// TestConcurrency: acquire 2 of 2, the third is denied, one release, the
-// next acquire is admitted; a slot never released frees itself one window
-// after its acquire.
+// TestConcurrency: acquire 2 of 2, the third is denied; its release (Envoy
+// sends one for a denied request too) and a release without a token free
+// nothing; the first acquire's release frees its slot, once; the next
+// acquire is admitted; a slot never released frees itself one window after
+// its acquire.
 func TestConcurrency(t *testing.T) {
 	l := limiter.Limit{Algorithm: limiter.Concurrency, Requests: 2, Window: time.Minute}
 	var st limiter.State
@@ -352,25 +354,36 @@ func TestConcurrency(t *testing.T) {
 		return res
 	}
 	for i, want := range []bool{true, true, false} {
-		if got := apply(t0+int64(i), limiter.Hit{Hits: 1}); got.Allowed != want {
+		if got := apply(t0+int64(i), limiter.Hit{Hits: 1, SlotToken: uint64(i + 1)}); got.Allowed != want {
 			t.Fatalf("acquire %d: %+v, want Allowed %v", i+1, got, want)
 		}
 	}
-	apply(t0+10, limiter.Hit{Hits: 1, Refund: true})
-	if got := apply(t0+20, limiter.Hit{Hits: 1}); !got.Allowed {
+	for _, token := range []uint64{3, 0} {
+		apply(t0+5, limiter.Hit{Hits: 1, Refund: true, SlotToken: token})
+		if got := apply(t0+6, limiter.Hit{Hits: 1, SlotToken: 4}); got.Allowed {
+			t.Fatalf("acquire after the release of token %d, which holds no slot: %+v, want denied", token, got)
+		}
+	}
+	apply(t0+10, limiter.Hit{Hits: 1, Refund: true, SlotToken: 1})
+	apply(t0+11, limiter.Hit{Hits: 1, Refund: true, SlotToken: 1}) // again: frees nothing
+	if got := apply(t0+20, limiter.Hit{Hits: 1, SlotToken: 5}); !got.Allowed {
 		t.Fatalf("acquire after a release: %+v, want Allowed", got)
 	}
-	// A release never frees more than was acquired.
-	apply(t0+30, limiter.Hit{Hits: 5, Refund: true})
+	if got := apply(t0+21, limiter.Hit{Hits: 1, SlotToken: 6}); got.Allowed {
+		t.Fatalf("acquire after one release and its repeat: %+v, want denied (the repeat frees nothing)", got)
+	}
+	// A release never frees more than its token holds.
+	apply(t0+30, limiter.Hit{Hits: 5, Refund: true, SlotToken: 2})
+	apply(t0+30, limiter.Hit{Hits: 5, Refund: true, SlotToken: 5})
 	if got := apply(t0+40, limiter.Hit{Hits: 0}); got.Remaining != 2 {
 		t.Fatalf("after releasing more than held: Remaining %d, want 2", got.Remaining)
 	}
 	// Two leaked slots at t0+50: free at t0+50+window, not before.
-	apply(t0+50, limiter.Hit{Hits: 2})
-	if got := apply(t0+50+minuteMs-1, limiter.Hit{Hits: 1}); got.Allowed || got.RetryAfter != ms(1) {
+	apply(t0+50, limiter.Hit{Hits: 2, SlotToken: 7})
+	if got := apply(t0+50+minuteMs-1, limiter.Hit{Hits: 1, SlotToken: 8}); got.Allowed || got.RetryAfter != ms(1) {
 		t.Fatalf("1 ms before the leaked slots expire: %+v, want denied, RetryAfter 1ms", got)
 	}
-	if got := apply(t0+50+minuteMs, limiter.Hit{Hits: 1}); !got.Allowed {
+	if got := apply(t0+50+minuteMs, limiter.Hit{Hits: 1, SlotToken: 8}); !got.Allowed {
 		t.Fatalf("when the leaked slots expire: %+v, want Allowed", got)
 	}
 }
@@ -424,5 +437,51 @@ func BenchmarkAlgorithms(b *testing.B) {
 				now.Add(400)
 			}
 		})
+	}
+}
+
+// TestLateRefund: limit 3,000 a minute, 3,000 hits, then a refund of all of
+// them 1.5 s later (a stream's cost corrected when it ends, after its
+// sub-window or window rolled), then one hit: admitted on every algorithm
+// whose refunds mean giving hits back. The refund finds its hits wherever
+// they still count (the sliding window's older sub-windows or previous
+// window, the token bucket's debt), the newest first, never below zero.
+func TestLateRefund(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		l    limiter.Limit
+		at   int64 // the 3,000 hits' time
+	}{
+		{"sliding_window, 50 sub-windows", limiter.Limit{Requests: 3000, Window: time.Minute, SubWindows: limiter.DefaultSubWindows}, t0 + 500},
+		{"sliding_window, 1 sub-window, across the minute", limiter.Limit{Requests: 3000, Window: time.Minute}, t0 - 500},
+		{"fixed_window", limiter.Limit{Requests: 3000, Window: time.Minute, Algorithm: limiter.FixedWindow}, t0 + 500},
+		{"token_bucket", limiter.Limit{Requests: 3000, Window: time.Minute, Algorithm: limiter.TokenBucket}, t0 + 500},
+		{"sliding_log", limiter.Limit{Requests: 1000, Window: time.Minute, Algorithm: limiter.SlidingLog}, t0 + 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := min(tc.l.Requests, 3000)
+			h := limiter.Hit{Key: "k", Limit: tc.l, Hits: n}
+			res, st := evalOne(t, tc.at, h, limiter.State{})
+			if !res.Allowed {
+				t.Fatalf("%d hits: %+v, want Allowed", n, res)
+			}
+			h.Refund = true
+			_, st = evalOne(t, tc.at+1500, h, st)
+			h.Refund, h.Hits = false, 1
+			if res, _ := evalOne(t, tc.at+1500, h, st); !res.Allowed || res.Remaining != n-1 {
+				t.Fatalf("one hit after the refund of all %d, 1.5 s late: %+v, want Allowed with %d remaining", n, res, n-1)
+			}
+		})
+	}
+	// The refund never takes more than the window holds, nor hits that left it.
+	l := limiter.Limit{Requests: 10, Window: time.Minute, SubWindows: 6}
+	_, st := evalOne(t, t0, limiter.Hit{Key: "k", Limit: l, Hits: 4}, limiter.State{})
+	_, st = evalOne(t, t0+30_000, limiter.Hit{Key: "k", Limit: l, Hits: 3}, st)
+	_, st = evalOne(t, t0+70_000, limiter.Hit{Key: "k", Limit: l, Hits: 9, Refund: true}, st)
+	if res, _ := evalOne(t, t0+70_000, limiter.Hit{Key: "k", Limit: l, Hits: 0}, st); res.Remaining != 10 {
+		t.Fatalf("after refunding more than the window holds: %+v, want 10 remaining", res)
+	}
+	if got := st.Slots; got != nil {
+		t.Fatalf("after refunding more than the window holds: slots %v, want none", got)
 	}
 }

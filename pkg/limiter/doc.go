@@ -30,8 +30,8 @@
 //     row in the algorithms table (algorithm.go): its Traits, that is its
 //     config spelling, its key code (new, never reused), whether pkg/redis
 //     keeps its counter as one packed string, and what it can do: lease,
-//     overdraw, take a burst or sub-windows, be shared by pkg/rlqs, count
-//     requests in flight, its request cap. Every package that depends on
+//     overdraw, count denied hits, take a burst or sub-windows, be shared
+//     by pkg/rlqs, count requests in flight, its request cap. Every package that depends on
 //     the algorithm reads these instead of naming algorithms: the config
 //     builder (its name, its parameters, the lists in its messages),
 //     pkg/ratelimit (the overdraw default), pkg/rlqs (what it shares),
@@ -58,7 +58,9 @@
 // never shrink while a state is left alone (see the interface;
 // TestEvictionReadsOfEveryAlgorithm runs every algorithm in the table); and
 // the Lua file's undo must take back exactly its token, since an undo entry
-// runs it once per refund (its marker makes a retried refund a no-op).
+// runs it once per refund (its marker makes a retried refund a no-op); a
+// consume that changes more than one place of its state (a refund reaching
+// older sub-windows) gives one undo token per place it changed.
 //
 // # Shared limits
 //

@@ -24,20 +24,22 @@ import (
 // counts. An Overdraw hit is
 // Allowed while one more hit fits, whatever its Hits, and its counter grows
 // by the largest Hits among its overdraw hits even when the request is
-// denied (Limit.Overdraw).
+// denied (Limit.Overdraw); a CountDenied hit is decided as any other, and
+// its counter grows by it even when the request is denied
+// (Limit.CountDenied).
 //
 // The arithmetic is done in float64 in the same order as the Lua script, so
 // both agree bit for bit; see sliding.go for where it is exact.
 //
 // Evaluate returns an error, and no Results, when len(states) != len(hits)
-// or a hit's Limit does not Validate. It never changes hits or states; it
+// or a hit does not Validate. It never changes hits or states; it
 // neither keeps nor shares state and so is safe for concurrent use.
 func Evaluate(nowMs int64, hits []Hit, states []State) (results []Result, next []State, admitted bool, err error) {
 	if len(states) != len(hits) {
 		return nil, nil, false, fmt.Errorf("limiter: evaluate %d hits with %d states, want one per hit", len(hits), len(states))
 	}
 	for i := range hits {
-		if err := hits[i].Limit.Validate(); err != nil {
+		if err := hits[i].Validate(); err != nil {
 			return nil, nil, false, fmt.Errorf("limiter: evaluate hit %d of %d: %w", i, len(hits), err)
 		}
 	}
@@ -52,20 +54,25 @@ func Evaluate(nowMs int64, hits []Hit, states []State) (results []Result, next [
 // can reuse it across calls instead of allocating it on every request.
 type evalScratch struct {
 	leader []int
-	growth []uint64 // inc, then dec: one allocation for both
+	growth []counterGrowth // indexed by leader
 }
 
-// overdrawn reports whether the counter led by hit i grows by overdraw hits
-// even when the request is denied; valid after evaluate.
-func (sc *evalScratch) overdrawn(i int) bool {
-	n := len(sc.leader)
-	return sc.growth[2*n+i] > 0
+// counterGrowth is what a request does to one counter: the change it makes
+// when admitted, and od, what its overdraw and CountDenied hits make it
+// take whatever the outcome (at most inc).
+type counterGrowth struct {
+	change
+	od uint64
 }
+
+// overdrawn reports whether the counter led by hit i grows by overdraw or
+// CountDenied hits even when the request is denied; valid after evaluate.
+func (sc *evalScratch) overdrawn(i int) bool { return sc.growth[i].od > 0 }
 
 // evaluate is Evaluate writing into results and next (both len(hits)) and
 // using sc for its working memory. Every Limit must already Validate.
 func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []State, sc *evalScratch) (admitted bool) {
-	leader, inc, dec, od := growth(hits, sc)
+	leader, g := growth(hits, sc)
 
 	// Roll every counter to now and decide each hit with the growth its
 	// counter will really take, so that a hit with fewer Hits (or a shadow
@@ -73,7 +80,7 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 	for i, h := range hits {
 		a := algorithms[h.Limit.Algorithm]
 		next[i] = a.roll(states[i], nowMs, h.Limit)
-		n := inc[leader[i]]
+		n := g[leader[i]].inc
 		switch {
 		case h.Refund:
 			results[i] = Result{Allowed: true}
@@ -92,7 +99,7 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 
 	// Consume once per counter, on the state of its first hit, and give
 	// every hit of the counter the result. A denied request still consumes
-	// its overdraw hits.
+	// its overdraw and CountDenied hits.
 	changed := false
 	for i, h := range hits {
 		if leader[i] != i {
@@ -101,9 +108,9 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 		a := algorithms[h.Limit.Algorithm]
 		switch {
 		case admitted:
-			next[i] = a.consume(next[i], nowMs, h.Limit, inc[i], dec[i])
-		case od[i] > 0:
-			next[i] = a.consume(next[i], nowMs, h.Limit, od[i], 0)
+			next[i] = a.consume(next[i], nowMs, h.Limit, g[i].change)
+		case g[i].od > 0:
+			next[i] = a.consume(next[i], nowMs, h.Limit, change{inc: g[i].od, acquire: g[i].acquire})
 		default:
 			continue
 		}
@@ -124,27 +131,30 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 }
 
 // growth maps each hit to the first hit on its counter (its leader) and
-// returns, indexed by leader, the largest Hits among the counter's
-// non-refund hits (inc), among its refunds (dec) and among its overdraw
-// non-refund hits (od, at most inc). The slices are sc's.
-func growth(hits []Hit, sc *evalScratch) (leader []int, inc, dec, od []uint64) {
+// returns, indexed by leader, what the request does to the counter
+// (counterGrowth): the largest Hits among its non-refund hits (inc), among
+// its refunds (dec) and among its overdraw and CountDenied non-refund hits
+// (od, at most inc), and the largest SlotToken among its acquires and among
+// its releases. The slices are sc's.
+func growth(hits []Hit, sc *evalScratch) (leader []int, g []counterGrowth) {
 	n := len(hits)
 	sc.leader = groupLeaders(hits, grow(sc.leader, n))
-	sc.growth = grow(sc.growth, 3*n)
-	leader, inc, dec, od = sc.leader, sc.growth[:n:n], sc.growth[n:2*n:2*n], sc.growth[2*n:]
+	sc.growth = grow(sc.growth, n)
+	leader, g = sc.leader, sc.growth
 	for i, h := range hits {
-		l := leader[i]
+		c := &g[leader[i]]
 		switch {
 		case h.Refund:
-			dec[l] = max(dec[l], h.Hits)
-		case h.Limit.Overdraw:
-			od[l] = max(od[l], h.Hits)
-			inc[l] = max(inc[l], h.Hits)
-		default:
-			inc[l] = max(inc[l], h.Hits)
+			c.dec = max(c.dec, h.Hits)
+			c.release = max(c.release, h.SlotToken)
+			continue
+		case h.Limit.Overdraw || h.Limit.CountDenied:
+			c.od = max(c.od, h.Hits)
 		}
+		c.inc = max(c.inc, h.Hits)
+		c.acquire = max(c.acquire, h.SlotToken)
 	}
-	return leader, inc, dec, od
+	return leader, g
 }
 
 // groupLeaders maps each hit to the first hit with the same counter identity,

@@ -45,15 +45,11 @@ func (fixedWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64)
 	return false, w - elapsed(nowMs, w, s.At)
 }
 
-// consume adds inc, saturating at MaxCount, then takes dec, never below 0.
-func (fixedWindow) consume(s State, _ int64, _ Limit, inc, dec uint64) State {
-	c := min(satAdd(s.N1, inc), MaxCount)
-	if dec >= c {
-		c = 0
-	} else {
-		c -= dec
-	}
-	s.N1 = c
+// consume adds inc, saturating at MaxCount, then takes dec, never below 0:
+// a refund gives back hits of the current window, the only one that counts.
+func (fixedWindow) consume(s State, _ int64, _ Limit, c change) State {
+	n := min(satAdd(s.N1, c.inc), MaxCount)
+	s.N1 = n - min(c.dec, n)
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -47,9 +48,21 @@ type Limit struct {
 	// be refused): a hit is Allowed while the counter is under the limit
 	// (one more hit would fit), however many Hits it carries, and a request
 	// that is denied still consumes its overdraw hits (never its others,
-	// nor refunds). Not part of the counter's identity. SlidingLog and
-	// Concurrency refuse it.
+	// nor refunds). Not part of the counter's identity. Only the algorithms
+	// whose Traits say Overdraw take it, and a pool's class (a Ceiling)
+	// refuses it: a report that cannot be refused would take the pool past
+	// the class's ceiling, into the reserve of the classes above it.
 	Overdraw bool
+	// CountDenied makes the counter take its hits whether or not the
+	// request is admitted, as envoyproxy/ratelimit counts them (its
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset): a hit is Allowed when
+	// its Hits fit under the limit, as without the field, and a request
+	// that is denied still consumes its CountDenied hits (never its others,
+	// nor refunds). Not part of the counter's identity. Only the algorithms
+	// whose Traits say CountDenied take it; a pool's class refuses it (a
+	// shed request consumes nothing), and so does an Overdraw Limit (choose
+	// one).
+	CountDenied bool
 	// Ceiling is the share of the limit, in permille, that this hit may fill
 	// the counter to: a pool's class (rate_limit classes) is admitted only
 	// while the counter, counting every class's hits, stays within
@@ -132,6 +145,13 @@ func (l Limit) Validate() error {
 			algorithmList(func(t Traits) bool { return t.SubWindows }))
 	case l.Overdraw && !t.Overdraw:
 		return fmt.Errorf("limiter: overdraw: %v keeps one entry per admitted hit and cannot overdraw", l.Algorithm)
+	case l.CountDenied && !t.CountDenied:
+		return fmt.Errorf("limiter: count_denied: %v keeps one entry per admitted hit and cannot count denied ones", l.Algorithm)
+	case l.Overdraw && l.CountDenied:
+		return errors.New("limiter: count_denied: with overdraw, which counts denied hits already (choose one)")
+	case l.Ceiling != 0 && (l.Overdraw || l.CountDenied):
+		return errors.New("limiter: ceiling: a pool's class cannot overdraw or count denied hits: " +
+			"what it counts past its ceiling would take the reserve of the classes above it")
 	case t.MaxRequests > 0 && l.Requests > t.MaxRequests:
 		return fmt.Errorf("limiter: requests: %d is over %d, the most a %v counts (it keeps one entry per hit)",
 			l.Requests, t.MaxRequests, l.Algorithm)
@@ -172,8 +192,8 @@ func (l Limit) Capacity() uint64 {
 //
 // The counter's identity is (Key, Limit.Window, Limit.Algorithm,
 // Limit.SubWindowCount()): two hits with the same Key but different windows
-// count separately, and hits that differ only in Requests, Burst, Overdraw
-// or Ceiling share one counter. Key is opaque to the
+// count separately, and hits that differ only in Requests, Burst, Overdraw,
+// CountDenied or Ceiling share one counter. Key is opaque to the
 // store; any bytes are allowed, the empty string included. The zero Hit
 // checks key "" without consuming, and its zero Limit does not Validate.
 type Hit struct {
@@ -183,8 +203,11 @@ type Hit struct {
 	Limit Limit
 	// Hits is the number of units to add (hits_addend). 0 only checks.
 	Hits uint64
-	// Refund makes the hit lower the counter by Hits instead (never below
-	// zero), as Envoy's is_negative_hits does. A refund never denies.
+	// Refund makes the hit give Hits back instead (Envoy's
+	// is_negative_hits): wherever they still count in the window, the
+	// newest first, never below zero (see each algorithm), or for an
+	// algorithm that counts requests in flight the release of that many of
+	// its SlotToken's slots. A refund never denies.
 	Refund bool
 	// Shadow makes the hit count like any other but never deny the request
 	// (shadow mode). Its Result still says whether it would have denied.
@@ -194,7 +217,36 @@ type Hit struct {
 	// request only when no enforced quota hit of the request is Allowed. A
 	// quota hit that is also Shadow or Refund is outside the group.
 	Quota bool
+	// SlotToken names the slots of an algorithm that counts requests in
+	// flight (Traits.InFlight: concurrency), from 1 to MaxSlotToken; other
+	// algorithms ignore it. An acquire records the slots it takes under its
+	// SlotToken (0: under none, so that only their expiry frees them); a
+	// release (Refund) frees only slots recorded under its SlotToken, the
+	// oldest first, at most Hits of them, and with 0 frees nothing. So a
+	// release frees only what the acquire that returned the token took, and
+	// freeing it again frees nothing. Tokens are drawn at random
+	// (NewSlotToken), so that one cannot be guessed to free another
+	// request's slots.
+	SlotToken uint64
 }
+
+// Validate returns an error naming the field when h cannot be decided: its
+// Limit does not Validate, or its SlotToken is over MaxSlotToken.
+func (h *Hit) Validate() error {
+	if h.SlotToken > MaxSlotToken {
+		return fmt.Errorf("limiter: slot_token: %d is over %d, the largest token", h.SlotToken, uint64(MaxSlotToken))
+	}
+	return h.Limit.Validate()
+}
+
+// MaxSlotToken is the largest Hit.SlotToken: below 2^53, so that the Lua
+// twin's doubles hold every token exactly.
+const MaxSlotToken = MaxCount
+
+// NewSlotToken returns a random slot token from 1 to MaxSlotToken, drawn
+// from the runtime's unpredictable generator (math/rand/v2's top-level
+// functions). It is safe for concurrent use.
+func NewSlotToken() uint64 { return rand.Uint64N(MaxSlotToken) + 1 }
 
 // Result is the outcome of one Hit. The zero value is a hit that was not
 // Allowed, with nothing Remaining.
@@ -237,7 +289,7 @@ type Store interface {
 	// the largest Hits among them. Apply returns an error wrapping
 	// ErrStoreUnavailable when the backing store fails; then no Result is
 	// valid and nothing is known to have been consumed. It returns an error
-	// and consumes nothing when a hit's Limit does not Validate.
+	// and consumes nothing when a hit does not Validate (Hit.Validate).
 	Apply(ctx context.Context, hits []Hit) ([]Result, error)
 }
 

@@ -235,7 +235,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 // clock (see MemoryOptions.Now) and, if the request is admitted, stores the
 // new counter states, atomically with respect to every other Apply. It
 // returns an error, and consumes nothing, when ctx is already canceled
-// (wrapping context.Canceled) or when a hit's Limit does not Validate. It
+// (wrapping context.Canceled) or when a hit does not Validate. It
 // never returns ErrStoreUnavailable.
 //
 // A passed deadline is not an error: the work is in memory and takes
@@ -247,7 +247,7 @@ func (s *MemoryStore) Apply(ctx context.Context, hits []Hit) ([]Result, error) {
 		return nil, fmt.Errorf("limiter: apply %d hits in memory: %w", len(hits), err)
 	}
 	for i := range hits {
-		if err := hits[i].Limit.Validate(); err != nil {
+		if err := hits[i].Validate(); err != nil {
 			return nil, fmt.Errorf("limiter: apply hit %d of %d: %w", i, len(hits), err)
 		}
 	}
@@ -293,7 +293,8 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	}
 	admitted := evaluate(nowMs, hits, sc.states, results, sc.next, &sc.ev)
 	for i, h := range hits {
-		// A denied request changes only the counters its overdraw hits grew.
+		// A denied request changes only the counters its overdraw and
+		// CountDenied hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
 			e := newEntry(sc.next[i], nowMs, h.Limit, results[i])
 			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})

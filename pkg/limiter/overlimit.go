@@ -41,8 +41,10 @@ type OverLimitOptions struct {
 // RetryAfter has passed Allowed again and OverLimit recomputed by
 // MarkOverLimit; the Remaining of the hits that did not deny may be stale.
 //
-// A request holding an Overdraw hit always goes to the store: its hits
-// count even when denied. Refunds raise what a counter admits, so a request holding a refund drops
+// A request holding an Overdraw or CountDenied hit always goes to the
+// store: its hits count even when denied, on every counter of the request
+// (envoyproxy/ratelimit's local cache skips only the key over its limit,
+// and still counts the request's others). Refunds raise what a counter admits, so a request holding a refund drops
 // the cached denials that touch a refunded counter (a scan of the cache:
 // refunds are rare next to decisions); a refund made through another instance is not seen, and a
 // cached denial can then outlive it by at most its RetryAfter. A changed limit
@@ -90,10 +92,10 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 		c.dropRefunded(hits)
 		return c.store.Apply(ctx, hits)
 	}
-	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Limit.Overdraw }) {
-		// Overdraw hits count even when denied: never answered from
-		// memory, and a counter they grow holds no cached denial of ours
-		// wrongly (it only grows).
+	if slices.ContainsFunc(hits, func(h Hit) bool { return h.Limit.Overdraw || h.Limit.CountDenied }) {
+		// Overdraw and CountDenied hits count even when denied: never
+		// answered from memory, and a counter they grow holds no cached
+		// denial of ours wrongly (it only grows).
 		return c.store.Apply(ctx, hits)
 	}
 	// The signature is built on the stack: only a denial that is cached
@@ -132,7 +134,7 @@ func (c *OverLimitCache) Apply(ctx context.Context, hits []Hit) ([]Result, error
 func (c *OverLimitCache) lookup(sig []byte, hits []Hit, now time.Time) ([]Result, bool) {
 	c.mu.Lock()
 	d, ok := c.m[string(sig)]
-	if ok && now.Before(d.until) && slices.Equal(d.hits, hits) {
+	if ok && now.Before(d.until) && sameRequest(d.hits, hits) {
 		c.mu.Unlock()
 		c.hits.Add(1)
 		return d.replay(now), true
@@ -143,6 +145,23 @@ func (c *OverLimitCache) lookup(sig []byte, hits []Hit, now time.Time) ([]Result
 	}
 	c.mu.Unlock()
 	return nil, false
+}
+
+// sameRequest reports whether hits a and b are the same request: equal but
+// for their slot tokens, which a concurrency acquire draws anew every time
+// and which a denied request, taking no slot, never uses.
+func sameRequest(a, b []Hit) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x := a[i]
+		x.SlotToken = b[i].SlotToken
+		if x != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // dropRefunded drops the cached denials that touch a counter that hits

@@ -186,3 +186,52 @@ func TestOverLimitCacheQuotaDenial(t *testing.T) {
 		t.Errorf("store calls = %d, want 3", n)
 	}
 }
+
+// TestOverLimitCacheCountsDenied: a request with a CountDenied hit always
+// reaches the store, even when it repeats a denial that holds, so that each
+// of its counters takes its hits as envoyproxy/ratelimit counts them (its
+// local cache skips only the key over the limit).
+func TestOverLimitCacheCountsDenied(t *testing.T) {
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
+	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
+	cached := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
+	ctx := context.Background()
+	open := limiter.Limit{Requests: 20, Window: time.Minute, CountDenied: true}
+	full := limiter.Limit{Requests: 0, Window: time.Hour, CountDenied: true}
+	for i := range 5 {
+		res, err := cached.Apply(ctx, []limiter.Hit{{Key: "key2", Limit: open, Hits: 1}, {Key: "key3", Limit: full, Hits: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Allowed || res[0].Remaining != uint64(19-i) || !res[1].OverLimit {
+			t.Fatalf("request %d: %+v, want key2 allowed with %d remaining (its hits counted), key3 over the limit", i, res, 19-i)
+		}
+	}
+	if n := inner.calls.Load(); n != 5 {
+		t.Fatalf("%d of 5 requests reached the store, want all", n)
+	}
+}
+
+// TestOverLimitCacheIgnoresSlotTokens: a request that a rate limit denies
+// repeats as the same request whatever slot token its concurrency acquire
+// drew (a denied request takes no slot), so the cache still answers it.
+func TestOverLimitCacheIgnoresSlotTokens(t *testing.T) {
+	clk := testclock.New(time.Unix(1_800_000_000, 0))
+	inner := &countingStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now})}
+	cached := limiter.NewOverLimitCache(inner, limiter.OverLimitOptions{Now: clk.Now})
+	streams := limiter.Limit{Requests: 5, Window: time.Minute, Algorithm: limiter.Concurrency}
+	full := limiter.Limit{Requests: 0, Window: time.Minute}
+	for i := range 3 {
+		res, err := cached.Apply(context.Background(), []limiter.Hit{
+			{Key: "s", Limit: streams, Hits: 1, SlotToken: limiter.NewSlotToken()}, {Key: "f", Limit: full, Hits: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Allowed || !res[1].OverLimit {
+			t.Fatalf("request %d: %+v, want the slot allowed and the request denied by the full limit", i, res)
+		}
+	}
+	if n := inner.calls.Load(); n != 1 {
+		t.Fatalf("%d of 3 requests reached the store, want 1 (the others answered from the cache)", n)
+	}
+}

@@ -96,19 +96,18 @@ func (slidingWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int6
 	return false, (w - e) + int64(need)
 }
 
-// consume adds inc to cur, saturating at MaxCount, then takes dec from it,
-// never below zero; a refund never touches prev.
-func (slidingWindow) consume(s State, _ int64, l Limit, inc, dec uint64) State {
+// consume adds inc to cur, saturating at MaxCount, then takes dec back
+// where the hits still count, the newest first: from cur, then from prev,
+// never below zero. (A refund sent late, after the window rolled, still
+// finds its hits in prev.)
+func (slidingWindow) consume(s State, _ int64, l Limit, c change) State {
 	if n := l.SubWindowCount(); n > 1 {
-		return subConsume(s, n, inc, dec)
+		return subConsume(s, n, c.inc, c.dec)
 	}
-	c := min(satAdd(s.N1, inc), MaxCount)
-	if dec >= c {
-		c = 0
-	} else {
-		c -= dec
-	}
-	s.N1 = c
+	cur := min(satAdd(s.N1, c.inc), MaxCount)
+	back := min(c.dec, cur)
+	s.N1 = cur - back
+	s.N2 -= min(c.dec-back, s.N2)
 	return s
 }
 

@@ -77,12 +77,12 @@ func subDecide(st State, nowMs int64, l Limit, subs int64, n uint64) (bool, int6
 }
 
 // subConsume adds inc to the current sub-window, the total of all of them
-// saturating at MaxCount, then takes dec from it, never below zero: like the
-// classic counter's, a refund never touches an older sub-window (so a Cluster
-// undo can take back exactly what a call changed). Since the total never
-// passes MaxCount (2^52), every sum of counts is exact in float64, whatever
-// its order: the Lua twin keeps a running total instead of adding the counts
-// up on every decision.
+// saturating at MaxCount, then takes dec back where the hits still count,
+// the newest first: from the current sub-window, then each older one in
+// turn, never below zero (a refund sent late, after its sub-window ended,
+// still finds its hits). Since the total never passes MaxCount (2^52),
+// every sum of counts is exact in float64, whatever its order: the Lua twin
+// keeps a running total instead of adding the counts up on every decision.
 func subConsume(st State, subs int64, inc, dec uint64) State {
 	if inc == 0 && (dec == 0 || st.Slots == nil) {
 		return st
@@ -98,7 +98,11 @@ func subConsume(st State, subs int64, inc, dec uint64) State {
 		room = MaxCount - rest
 	}
 	slots[subs] = int64(min(satAdd(uint64(slots[subs]), inc), room))
-	slots[subs] -= int64(min(dec, uint64(slots[subs])))
+	for i := subs; i >= 0 && dec > 0; i-- {
+		back := min(dec, uint64(slots[i]))
+		slots[i] -= int64(back)
+		dec -= back
+	}
 	st.Slots = nilIfZero(slots)
 	return st
 }

@@ -223,12 +223,23 @@ func TestEvaluate(t *testing.T) {
 			wantAdm:  true,
 		},
 		{
-			name:     "a refund never goes below zero nor touches prev",
+			// A refund sent after its hits' window rolled finds them in
+			// prev: it empties cur, then takes the rest from prev.
+			name:     "a refund takes from cur, then from prev",
 			now:      t0 + 30_000,
 			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 5, Refund: true}},
 			counters: []limiter.State{sw(i0, 3, 4)},
-			want:     []limiter.Result{{Allowed: true, Remaining: 8, ResetAfter: ms(30_000)}},
-			wantNext: []limiter.State{sw(i0, 0, 4)},
+			want:     []limiter.Result{{Allowed: true, Remaining: 9, ResetAfter: ms(30_000)}},
+			wantNext: []limiter.State{sw(i0, 0, 2)},
+			wantAdm:  true,
+		},
+		{
+			name:     "a refund never goes below zero",
+			now:      t0 + 30_000,
+			hits:     []limiter.Hit{{Key: "a", Limit: perMinute(10), Hits: 9, Refund: true}},
+			counters: []limiter.State{sw(i0, 3, 4)},
+			want:     []limiter.Result{{Allowed: true, Remaining: 10}},
+			wantNext: []limiter.State{sw(i0, 0, 0)},
 			wantAdm:  true,
 		},
 		{

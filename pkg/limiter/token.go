@@ -117,8 +117,11 @@ func (tokenBucket) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64)
 }
 
 // consume adds inc tokens of debt, saturating at MaxCount ticks, then takes
-// dec back, never below a full bucket, and stores TAT = now + D/R'.
-func (tokenBucket) consume(s State, nowMs int64, l Limit, inc, dec uint64) State {
+// dec back, never below a full bucket, and stores TAT = now + D/R': a
+// refund gives back tokens whenever it comes, as long as the bucket is not
+// full again.
+func (tokenBucket) consume(s State, nowMs int64, l Limit, c change) State {
+	inc, dec := c.inc, c.dec
 	rp, wp, _ := tokenParams(l)
 	if rp == 0 {
 		return s

@@ -42,6 +42,16 @@
 //     duration_until_reset, the RateLimit header's t and Retry-After all say
 //     one window (never "t=0" beside "Retry-After: 60"), limit_remaining is
 //     0, and front ends say plainly that no wait helps (Decision.ExceedsLimit).
+//   - Envoy sends a concurrency limit's release (is_negative_hits, when
+//     the stream ends) for every stream, a denied one too: an admitted
+//     acquire hands out a slot token (Decision.SlotToken, in the response's
+//     dynamic metadata) and the release sends it back as a last entry keyed
+//     SlotTokenKey, stripped before matching (slot.go); a release frees only
+//     its token's slots.
+//   - How a denied request counts, for a limit whose config says no
+//     overdraw: all or nothing by default; Options.Overdraw or
+//     Options.CountDenied (envoyproxy/ratelimit's counting) count its hits
+//     anyway, never on a pool's class (a shed request consumes nothing).
 //   - Metrics label a rule by its rate_limit.name when it has one (names are
 //     what operators chose and see in RateLimit-Policy), else by its FullKey
 //     without the domain; detailed_metric and value_to_metric still put the

@@ -11,9 +11,10 @@ import (
 // counted descriptor, in descriptor and then config order; the limits of
 // one descriptor share its key and hits, and the store tells their counters
 // apart by window and algorithm. It records in sc.idx, per Status, the index
-// of its first hit (-1 when not counted; the others follow it) and returns
-// the hits (sc.hits).
-func plan(d *Decision, req *Request, sc *scratch, overdrawDefault bool) []limiter.Hit {
+// of its first hit (-1 when not counted; the others follow it), gives the
+// hits of concurrency limits their slot tokens (sc.acquired: the request's
+// own, when it acquires a slot) and returns the hits (sc.hits).
+func plan(d *Decision, req *Request, sc *scratch, c counting) []limiter.Hit {
 	hits := sc.hits[:0]
 	sc.idx = slices.Grow(sc.idx[:0], len(d.Statuses))[:len(d.Statuses)]
 	for i := range d.Statuses {
@@ -23,30 +24,49 @@ func plan(d *Decision, req *Request, sc *scratch, overdrawDefault bool) []limite
 			continue
 		}
 		rd := &req.Descriptors[i]
+		entries, token := descriptorEntries(rd)
 		sc.idx[i] = len(hits)
 		h := limiter.Hit{
-			Key:    counterKey(d.Domain.Name, rd.Entries, st.Rule, st.Override),
-			Hits:   hitsAddend(req, rd),
-			Refund: rd.IsNegativeHits,
-			Shadow: st.Shadow,
-			Quota:  st.Quota,
+			Key:       counterKey(d.Domain.Name, entries, st.Rule, st.Override),
+			Hits:      hitsAddend(req, rd),
+			Refund:    rd.IsNegativeHits,
+			Shadow:    st.Shadow,
+			Quota:     st.Quota,
+			SlotToken: token,
 		}
 		for _, ls := range st.Limits {
 			h.Limit = ls.Limit.Store()
-			h.Limit.Overdraw = overdraw(ls.Limit, overdrawDefault)
+			h.Limit.Overdraw, h.Limit.CountDenied = c.of(ls.Limit)
 			hits = append(hits, h)
 		}
 	}
+	sc.acquired = slotTokens(hits)
 	return hits
 }
 
-// overdraw is l's overdraw: its config's, else the service's default for
-// the algorithms that can overdraw (limiter.Traits.Overdraw).
-func overdraw(l *descriptors.Limit, def bool) bool {
-	if l.Overdraw != nil {
-		return *l.Overdraw
+// counting is how the service counts a limit whose config does not say
+// (Options.Overdraw, Options.CountDenied).
+type counting struct {
+	overdraw, countDenied bool
+}
+
+// of returns l's Overdraw and CountDenied: a limit with its own overdraw
+// counts by it (overdraw, or all or nothing); the others overdraw by
+// default, else count denied hits by default, each where the algorithm can
+// (limiter.Traits). A pool's class (a ceiling) does neither, whatever the
+// default: a shed request consumes nothing, and the config refuses a class
+// that overdraws.
+func (c counting) of(l *descriptors.Limit) (overdraw, countDenied bool) {
+	t := l.Algorithm.Traits()
+	switch {
+	case l.Overdraw != nil:
+		return *l.Overdraw, false
+	case l.Ceiling != 0:
+		return false, false
+	case c.overdraw && t.Overdraw:
+		return true, false
 	}
-	return def && l.Algorithm.Traits().Overdraw
+	return false, c.countDenied && t.CountDenied
 }
 
 // hitsAddend follows RateLimitDescriptor.hits_addend and

@@ -33,7 +33,9 @@ type Request struct {
 
 // Descriptor is one request descriptor (RateLimitDescriptor).
 type Descriptor struct {
-	// Entries are the descriptor's entries, in order.
+	// Entries are the descriptor's entries, in order. A last entry keyed
+	// SlotTokenKey carries a slot token and is not one of the descriptor's
+	// own: Decide strips it.
 	Entries []descriptors.Entry
 	// Override is the descriptor's limit override (RateLimitDescriptor.limit),
 	// nil when it has none.
@@ -105,6 +107,12 @@ type Decision struct {
 	// Domain is the request's domain in Config, nil when unknown (then every
 	// Status is OK with no limit).
 	Domain *descriptors.Domain
+	// SlotToken is, for an admitted request that took slots of a
+	// concurrency limit, the token they were taken under (FormatSlotToken):
+	// the release sends it back (SlotTokenKey) to free them. "" when the
+	// request took none (denied, answered by the failure mode, or without
+	// such a limit).
+	SlotToken string
 }
 
 // Status is the outcome of one request descriptor (DescriptorStatus).

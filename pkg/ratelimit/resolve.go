@@ -67,7 +67,8 @@ func limitStatuses(d *Decision, req *Request) []LimitStatus {
 	n := 0
 	for i := range req.Descriptors {
 		rd, st := &req.Descriptors[i], &d.Statuses[i]
-		st.Rule = d.Config.Match(d.Domain.Name, rd.Entries)
+		entries, _ := descriptorEntries(rd)
+		st.Rule = d.Config.Match(d.Domain.Name, entries)
 		switch r := st.Rule; {
 		case rd.Override != nil:
 			n++

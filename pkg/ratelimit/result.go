@@ -42,8 +42,9 @@ func (s *Service) result(d *Decision, req *Request, idx []int, hits []limiter.Hi
 		b := &st.Limits[st.Binding]
 		st.Limit, st.Name, st.Result = b.Limit, b.Name, b.Result
 		r := st.Result
+		entries, _ := descriptorEntries(&req.Descriptors[i])
 		for _, o := range s.observers {
-			o.ObserveDescriptor(d.Domain, st, req.Descriptors[i].Entries)
+			o.ObserveDescriptor(d.Domain, st, entries)
 		}
 		if ce := s.log.Check(zap.DebugLevel, "descriptor decided"); ce != nil {
 			ce.Write(zap.String("domain", d.Domain.Name), zap.Int("descriptor", i), zap.String("limit_name", st.Name),

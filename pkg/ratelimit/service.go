@@ -37,8 +37,17 @@ type Options struct {
 	// Overdraw is the overdraw of every limit whose config does not say
 	// (descriptors.Limit.Overdraw nil; configs from xDS never say): it
 	// counts every hit it is sent, admitted or not (limiter.Limit.Overdraw).
-	// Algorithms that cannot overdraw (sliding_log, concurrency) ignore it.
+	// Algorithms that cannot overdraw (sliding_log, concurrency) and pools'
+	// classes ignore it.
 	Overdraw bool
+	// CountDenied counts the hits of a denied request too, on every limit
+	// whose config says no overdraw and that Overdraw leaves alone: a hit is
+	// over the limit when the count after it would pass the limit, and
+	// counts either way (limiter.Limit.CountDenied; envoyproxy/ratelimit's
+	// counting without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). Algorithms
+	// that cannot (sliding_log, concurrency) and pools' classes ignore it:
+	// a shed request consumes nothing.
+	CountDenied bool
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -80,8 +89,9 @@ type ErrorObserver interface {
 
 // scratch is per-call working memory, reused through Service.scratch.
 type scratch struct {
-	hits []limiter.Hit
-	idx  []int // per status: index into hits, -1 when not counted
+	hits     []limiter.Hit
+	idx      []int  // per status: index into hits, -1 when not counted
+	acquired uint64 // the request's slot token, when a hit acquires slots
 }
 
 // New returns a Service with no config: until SetConfig is called every
@@ -168,7 +178,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	hits := plan(&d, req, sc, s.opts.Overdraw)
+	hits := plan(&d, req, sc, counting{overdraw: s.opts.Overdraw, countDenied: s.opts.CountDenied})
 	defer func() { clear(hits); sc.hits = hits[:0] }()
 	if len(hits) == 0 {
 		return d, nil
@@ -178,6 +188,9 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		return s.failure(d, err)
 	}
 	s.result(&d, req, sc.idx, hits, results)
+	if d.Code == OK && sc.acquired != 0 {
+		d.SlotToken = FormatSlotToken(sc.acquired)
+	}
 	return d, nil
 }
 

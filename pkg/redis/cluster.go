@@ -291,6 +291,9 @@ func (d *decider) splitKeys(hits []limiter.Hit, keys []string) (groups []*group,
 			if g.e.hits[j].flags&flagCeiling != 0 {
 				g.e.hits[j].ceiling = float64(h.Limit.Capacity()) // computed here in integers, so the twins agree exactly
 			}
+			if g.e.hits[j].flags&flagSlot != 0 {
+				g.e.hits[j].token = float64(h.SlotToken)
+			}
 		}
 	}
 	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
@@ -325,6 +328,12 @@ func flags(h limiter.Hit, inc uint64, quotaSplit bool) byte {
 	}
 	if h.Limit.Overdraw {
 		f |= flagOverdraw
+	}
+	if h.Limit.CountDenied {
+		f |= flagCountDenied
+	}
+	if h.SlotToken != 0 && h.Limit.Algorithm.Traits().InFlight {
+		f |= flagSlot
 	}
 	if h.Quota {
 		f |= flagQuota
@@ -374,9 +383,23 @@ func (d *decider) undoEntry(g *group) (*entry, bool) {
 		keys:  append(slices.Clip(e.keys), e.keys[0]+":u:"+d.refunds.ids.next()),
 		specs: append(slices.Clip(e.specs), keySpec{alg: markerAlgorithm}), undo: make([]float64, 0, 2*len(e.keys))}
 	changed := false
-	for _, t := range e.kr {
+	for k, t := range e.kr {
 		changed = changed || t.u2 != 0
 		u.undo = append(u.undo, t.u1, t.u2)
+		if t.more != nil && u.undoKey == nil {
+			u.undoKey = make([]int, k, len(e.kr)+len(t.more)/2)
+			for j := range k {
+				u.undoKey[j] = j
+			}
+		}
+		if u.undoKey != nil {
+			u.undoKey = append(u.undoKey, k)
+		}
+		for j := 0; j < len(t.more); j += 2 {
+			changed = changed || t.more[j+1] != 0
+			u.undo = append(u.undo, t.more[j], t.more[j+1])
+			u.undoKey = append(u.undoKey, k)
+		}
 	}
 	return u, changed
 }
@@ -422,5 +445,5 @@ func fill(results []limiter.Result, g *group, admitted bool) {
 // request fields are never written once e is submitted).
 func (e *entry) request() *entry {
 	return &entry{kind: e.kind, full: e.full, lease: e.lease, keys: e.keys, specs: e.specs, hits: e.hits,
-		undo: e.undo, ttl: e.ttl}
+		undo: e.undo, undoKey: e.undoKey, ttl: e.ttl}
 }

@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,8 +64,18 @@ func readState(t testing.TB, c goredis.UniversalClient, prefix string, id identi
 		}
 		st := limiter.State{}
 		for _, z := range zs {
-			if z.Score > 0 { // not a tombstone (lua/log.lua)
-				st.Slots = append(st.Slots, int64(z.Score))
+			if z.Score <= 0 {
+				continue // a tombstone (lua/log.lua)
+			}
+			st.Slots = append(st.Slots, int64(z.Score))
+			if id.alg == limiter.Concurrency {
+				// "<time>:<index>:<token>"
+				parts := strings.Split(z.Member.(string), ":")
+				token, err := strconv.ParseUint(parts[len(parts)-1], 10, 64)
+				if len(parts) != 3 || err != nil {
+					t.Fatalf("concurrency slot %q: want <time>:<index>:<token>", z.Member)
+				}
+				st.Slots = append(st.Slots, int64(token))
 			}
 		}
 		return st, st.Slots != nil
@@ -205,8 +217,10 @@ func stateTTL(id identity, s limiter.State, nowMs int64) time.Duration {
 			ttl++
 		}
 		return time.Duration(ttl) * time.Millisecond
-	case id.alg == limiter.SlidingLog || id.alg == limiter.Concurrency:
+	case id.alg == limiter.SlidingLog:
 		return time.Duration(s.Slots[len(s.Slots)-1]+w-nowMs) * time.Millisecond
+	case id.alg == limiter.Concurrency:
+		return time.Duration(s.Slots[len(s.Slots)-2]+w-nowMs) * time.Millisecond
 	}
 	panic("stateTTL: no rule for algorithm " + id.alg.String())
 }
@@ -389,10 +403,13 @@ func randomRequest(rng *rand.Rand) []limiter.Hit {
 			Refund: rng.IntN(7) == 0,
 			Shadow: rng.IntN(7) == 0,
 			Quota:  rng.IntN(4) == 0,
+			// A few tokens, so that releases find acquires' slots; the
+			// largest too, which a double holds exactly.
+			SlotToken: []uint64{0, 1, 2, 3, limiter.MaxSlotToken}[rng.IntN(5)],
 		}
 		hits[i].Limit.Algorithm = algorithms[rng.IntN(len(algorithms))]
 		hits[i].Limit = randomLimit(rng, hits[i].Limit)
-		if l := &hits[i].Limit; rng.IntN(3) == 0 && l.Requests <= limiter.MaxCount {
+		if l := &hits[i].Limit; rng.IntN(3) == 0 && l.Requests <= limiter.MaxCount && !l.Overdraw && !l.CountDenied {
 			// A pool's class: the same counter under a share of its limit.
 			l.Ceiling = []uint16{1, 7, 333, 500, 800, 999, 1000}[rng.IntN(7)]
 		}
@@ -426,7 +443,12 @@ func randomLimit(rng *rand.Rand, l limiter.Limit) limiter.Limit {
 		l.Requests = min(l.Requests, limiter.MaxLogRequests)
 		return l
 	}
-	l.Overdraw = rng.IntN(5) == 0
+	switch rng.IntN(7) {
+	case 0, 1:
+		l.Overdraw = true
+	case 2, 3:
+		l.CountDenied = true
+	}
 	return l
 }
 
@@ -541,9 +563,9 @@ func (m *diffModel) record(hits []limiter.Hit, next []limiter.State, nowMs int64
 func equalResults(a, b []limiter.Result) bool { return slices.Equal(a, b) }
 
 func describe(h limiter.Hit) string {
-	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d overdraw %v ceiling %d hits %d refund %v shadow %v quota %v}",
+	return fmt.Sprintf("{key %q limit %d/%v %v burst %d sub %d overdraw %v count_denied %v ceiling %d hits %d refund %v shadow %v quota %v token %d}",
 		h.Key, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Limit.Overdraw,
-		h.Limit.Ceiling, h.Hits, h.Refund, h.Shadow, h.Quota)
+		h.Limit.CountDenied, h.Limit.Ceiling, h.Hits, h.Refund, h.Shadow, h.Quota, h.SlotToken)
 }
 
 func describeAll(hits []limiter.Hit) string {
@@ -555,10 +577,11 @@ func describeAll(hits []limiter.Hit) string {
 }
 
 // overdrawn reports whether a denied request still grows counter id: one of
-// its overdraw hits on it asks for hits (limiter.Limit.Overdraw).
+// its overdraw or count-denied hits on it asks for hits
+// (limiter.Limit.Overdraw, limiter.Limit.CountDenied).
 func overdrawn(hits []limiter.Hit, id identity) bool {
 	for _, h := range hits {
-		if idOf(h) == id && h.Limit.Overdraw && !h.Refund && h.Hits > 0 {
+		if idOf(h) == id && (h.Limit.Overdraw || h.Limit.CountDenied) && !h.Refund && h.Hits > 0 {
 			return true
 		}
 	}

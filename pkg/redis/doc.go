@@ -26,7 +26,8 @@
 //     stall detection and deadline shedding.
 //   - protocol.go defines the wire layout once (the entries of a call and
 //     its reply, as struct formats) and gives the script the same layout and
-//     limiter's registry as a prelude; script.go loads and calls the script.
+//     limiter's registry as a prelude; reply.go reads a reply against it;
+//     script.go loads and calls the script.
 //
 // # Decisions
 //
@@ -101,7 +102,7 @@
 // window), the moment a token bucket is full again (its burst over its
 // rate, or later when hits went beyond its burst); a counter that becomes
 // empty is deleted, so no key outlives its state. A denied request writes
-// nothing (overdraw hits aside).
+// nothing (overdraw and count-denied hits aside).
 //
 // # Shared limits
 //

@@ -123,13 +123,15 @@ func newLeases(o leaseOptions) *leases {
 }
 
 // leasable reports whether h can be served from a lease: an enforced
-// increment (not shadow, refund, quota, overdraw or a pool's class, whose
-// meanings need Redis: a class's ceiling is of the pool's count at the
-// decision, which other classes move) of an algorithm that leases (limiter.Traits.Lease: the fixed and
-// sliding windows), whose hits fit the limit.
+// increment (not shadow, refund, quota, overdraw, count-denied or a pool's
+// class, whose meanings need Redis: a denied hit that counts must reach the
+// counter, and a class's ceiling is of the pool's count at the decision,
+// which other classes move) of an algorithm that leases
+// (limiter.Traits.Lease: the fixed and sliding windows), whose hits fit the
+// limit.
 func leasable(h limiter.Hit) bool {
-	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && h.Limit.Ceiling == 0 && h.Hits > 0 && h.Hits <= h.Limit.Requests &&
-		h.Limit.Algorithm.Traits().Lease
+	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && h.Limit.Ceiling == 0 &&
+		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease
 }
 
 // take counts a decision on key and, when key holds permits for h's hits,

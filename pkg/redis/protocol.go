@@ -2,7 +2,6 @@ package redis
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -37,10 +36,12 @@ const (
 	// fmtHit is one hit of an apply or check: the key's index (1-based into
 	// KEYS), requests, burst (a token bucket's capacity, 0 for the others),
 	// hits, the flags (flagRefund ...), the lease permits asked beyond the
-	// hits and, with flagCeiling, the capacity of a pool's class
+	// hits, with flagCeiling the capacity of a pool's class
 	// (limiter.Limit.Capacity under its Ceiling: the requests, or a token
-	// bucket's burst, that the class may fill its pool to; 0 otherwise).
-	fmtHit = "<HdddBdd"
+	// bucket's burst, that the class may fill its pool to; 0 otherwise),
+	// and with flagSlot the slot token (limiter.Hit.SlotToken: the slots a
+	// concurrency acquire takes, or a release frees; 0 otherwise).
+	fmtHit = "<HdddBddd"
 	// fmtUndo follows an undo's fmtEntry: its marker key's index (0: none)
 	// and the marker's TTL in ms.
 	fmtUndo = "<Hd"
@@ -65,8 +66,14 @@ const (
 	fmtHitShort = "<Bddd"
 	// fmtKeyFull follows the hits of a full reply, per key of the entry in
 	// the order of its first hit: the undo token (u1, u2; u2 = 0 when there
-	// is nothing to take back) and the permits leased.
-	fmtKeyFull = "<ddd"
+	// is nothing to take back), the permits leased and the number of undo
+	// tokens more that follow it (fmtUndoMore each): a refund that reached
+	// hits in older (sub-)windows changed those too, and an undo takes back
+	// each change where it was made.
+	fmtKeyFull = "<dddB"
+	// fmtUndoMore is one more undo token of a key (u1, u2), after its
+	// fmtKeyFull.
+	fmtUndoMore = "<dd"
 	// fmtKeyLease follows the hits of a short reply with a lease asked, per
 	// key: u1 and the permits leased.
 	fmtKeyLease = "<dd"
@@ -83,10 +90,10 @@ const (
 const (
 	// The kinds of an entry. Apply decides its hits and consumes only if the
 	// request is admitted (limiter.MarkOverLimit's rule); check decides as
-	// apply but writes only what overdraw hits consume, for the slots of a
-	// Cluster request another slot denied; undo takes back what an
-	// admitting apply consumed, or a lease's unspent permits (with a
-	// marker, idempotent: a retry changes nothing).
+	// apply but writes only what overdraw and count-denied hits consume,
+	// for the slots of a Cluster request another slot denied; undo takes
+	// back what an admitting apply consumed, or a lease's unspent permits
+	// (with a marker, idempotent: a retry changes nothing).
 	kindApply = 1
 	kindCheck = 2
 	kindUndo  = 3
@@ -104,10 +111,17 @@ const (
 	flagExceeds  = 4 // the key's growth is over the Limit's Capacity, compared in Go on uint64
 	flagQuota    = 8
 	flagOverdraw = 16
+	// flagCountDenied marks a hit counted whatever the outcome
+	// (limiter.Limit.CountDenied), decided as any other.
+	flagCountDenied = 32
+	// flagSlot marks a hit of an algorithm that counts requests in flight
+	// carrying a slot token (the hit's token field), which the fast path
+	// does not read.
+	flagSlot = 64
 	// flagCeiling marks a pool's class, decided and reported under its
-	// capacity (the hit's last field). It is the highest flag: the script's
-	// fast path takes a hit whose flags are 0 mod flagCeiling.
-	flagCeiling = 32
+	// capacity (the hit's ceiling field). It is the highest flag: the
+	// script's fast path takes a hit whose flags are 0 mod flagCeiling.
+	flagCeiling = 128
 
 	// entryFailed is the fmtAdmitted of an apply or check that raised an
 	// error, undoRan and undoFailed the fmtUndone of an undo that already
@@ -144,7 +158,8 @@ var layout = []struct {
 }{
 	{"F_SPEC", fmtSpec}, {"F_ENTRY", fmtEntry}, {"F_HIT", fmtHit}, {"F_UNDO", fmtUndo}, {"F_UNDOKEY", fmtUndoKey},
 	{"F_NOW", fmtNow}, {"F_ADMITTED", fmtAdmitted}, {"F_HITFULL", fmtHitFull}, {"F_HITSHORT", fmtHitShort},
-	{"F_KEYFULL", fmtKeyFull}, {"F_KEYLEASE", fmtKeyLease}, {"F_UNDONE", fmtUndone}, {"F_MESSAGE", fmtMessage},
+	{"F_KEYFULL", fmtKeyFull}, {"F_UNDOMORE", fmtUndoMore}, {"F_KEYLEASE", fmtKeyLease}, {"F_UNDONE", fmtUndone},
+	{"F_MESSAGE", fmtMessage},
 	// An apply entry's short reply of its first hit, fmtAdmitted then
 	// fmtHitShort in one pack.
 	{"F_FIRSTSHORT", fmtAdmitted + fmtHitShort[1:]},
@@ -154,12 +169,12 @@ var layout = []struct {
 	// A pool's class's capacity: its format, where it is after the plain
 	// fields, and oneEntry's read of the plain fields with the flags, what
 	// follows them and where the capacity is in that.
-	{"F_HITCEILING", "<" + fmtHit[7:]}, {"O_HITCEILING", formatSize(fmtHit[5:7])},
+	{"F_HITCEILING", "<" + fmtHit[7:8]}, {"O_HITCEILING", formatSize(fmtHit[5:7])},
 	{"F_HITONE", fmtHit[:6]}, {"Z_HITTAIL", formatSize(fmtHit[6:])}, {"O_TAILCEILING", formatSize(fmtHit[6:7])},
 	{"Z_HIT", formatSize(fmtHit)}, {"Z_UNDO", formatSize(fmtUndo)}, {"Z_UNDOKEY", formatSize(fmtUndoKey)},
 	{"K_APPLY", kindApply}, {"K_CHECK", kindCheck}, {"K_UNDO", kindUndo}, {"K_FULL", kindFull}, {"K_LEASE", kindLease},
 	{"FL_REFUND", flagRefund}, {"FL_SHADOW", flagShadow}, {"FL_EXCEEDS", flagExceeds}, {"FL_QUOTA", flagQuota},
-	{"FL_OVERDRAW", flagOverdraw}, {"FL_CEILING", flagCeiling},
+	{"FL_OVERDRAW", flagOverdraw}, {"FL_COUNTDENIED", flagCountDenied}, {"FL_SLOT", flagSlot}, {"FL_CEILING", flagCeiling},
 	{"MARKER", markerAlgorithm}, {"FAILED", entryFailed}, {"UNDO_RAN", undoRan}, {"UNDO_FAILED", undoFailed},
 	{"MAX_MESSAGE", maxMessage},
 	{"MAX", limiter.MaxCount}, {"MAXLOG", limiter.MaxLogRequests},
@@ -193,8 +208,11 @@ type entry struct {
 	keys  []string  // its counters in the order of their first hit; an undo's marker last
 	specs []keySpec // per key
 	hits  []hitArg  // apply and check
-	undo  []float64 // undo: u1, u2 per counter key
-	ttl   float64   // undo: the marker's TTL in ms; 0 without a marker
+	undo  []float64 // undo: the tokens, u1 and u2 each; the k-th is of key k, or of key undoKey[k]
+	// undoKey is, when a key has several undo tokens, the index into keys
+	// of each token of undo; nil when the k-th token is key k's.
+	undoKey []int
+	ttl     float64 // undo: the marker's TTL in ms; 0 without a marker
 
 	// The reply.
 	now      float64 // the script's clock, Unix ms
@@ -233,6 +251,7 @@ type hitArg struct {
 	flags                 byte
 	lease                 float64
 	ceiling               float64 // the class's capacity; 0 without flagCeiling
+	token                 float64 // the slot token; 0 without flagSlot
 }
 
 // hitReply is the script's answer for one hit (fmtHitFull, fmtHitShort).
@@ -249,6 +268,9 @@ type hitReply struct {
 // permits it leased (fmtKeyFull, fmtKeyLease).
 type keyReply struct {
 	u1, u2, leased float64
+	// more holds the key's further undo tokens (fmtUndoMore), u1 and u2
+	// each; nil for none.
+	more []float64
 }
 
 func specOf(l limiter.Limit) keySpec {
@@ -322,7 +344,11 @@ func (e *entry) appendTo(b []byte, idx []uint16) []byte {
 		}
 		b = appendF(le.AppendUint16(b, marker), e.ttl)
 		for k := range nk {
-			b = le.AppendUint16(b, idx[k])
+			key := k
+			if e.undoKey != nil {
+				key = e.undoKey[k]
+			}
+			b = le.AppendUint16(b, idx[key])
 			b = appendF(appendF(b, e.undo[2*k]), e.undo[2*k+1])
 		}
 		return b
@@ -338,115 +364,7 @@ func (e *entry) appendTo(b []byte, idx []uint16) []byte {
 	for _, h := range e.hits {
 		b = le.AppendUint16(b, idx[h.key])
 		b = appendF(appendF(appendF(b, h.requests), h.burst), h.hits)
-		b = appendF(appendF(append(b, h.flags), h.lease), h.ceiling)
+		b = appendF(appendF(appendF(append(b, h.flags), h.lease), h.ceiling), h.token)
 	}
 	return b
-}
-
-// reader reads a reply's little-endian fields.
-type reader struct {
-	s   string
-	off int
-	err error
-}
-
-func (r *reader) f64() float64 {
-	if r.off+8 > len(r.s) {
-		r.err = errShortReply
-		return 0
-	}
-	s := r.s[r.off : r.off+8]
-	r.off += 8
-	return math.Float64frombits(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
-}
-
-func (r *reader) u8() byte {
-	if r.off >= len(r.s) {
-		r.err = errShortReply
-		return 0
-	}
-	r.off++
-	return r.s[r.off-1]
-}
-
-func (r *reader) u16() int {
-	return int(r.u8()) | int(r.u8())<<8
-}
-
-// message reads fmtMessage and the message after it.
-func (r *reader) message() string {
-	n := r.u16()
-	if r.err != nil || r.off+n > len(r.s) {
-		r.err = errShortReply
-		return ""
-	}
-	r.off += n
-	return r.s[r.off-n : r.off]
-}
-
-var errShortReply = errors.New("redis: limiter script reply too short")
-
-// decode reads the reply of the call that decided es into each entry: an
-// entry that raised an error in the script gets it in its err, the others
-// their replies. The error is the reply's, when it does not hold the
-// replies of es.
-func decode(reply any, es []*entry) error {
-	s, ok := reply.(string)
-	if !ok {
-		return fmt.Errorf("redis: limiter script reply is a %T, want a string", reply)
-	}
-	r := reader{s: s}
-	now := r.f64()
-	for _, e := range es {
-		e.now, e.err = now, nil
-		if e.kind == kindUndo {
-			if e.changed = r.f64(); e.changed == undoFailed {
-				e.err = fmt.Errorf("redis: limiter script: undo failed: %s", r.message())
-			}
-			continue
-		}
-		switch r.u8() {
-		case entryFailed:
-			e.err = fmt.Errorf("redis: limiter script: entry of %d hits failed: %s", len(e.hits), r.message())
-			continue
-		case 1:
-			e.admitted = true
-		default:
-			e.admitted = false
-		}
-		e.decodeHits(&r)
-	}
-	if r.err == nil && r.off != len(s) {
-		r.err = fmt.Errorf("redis: limiter script reply has %d bytes, read %d", len(s), r.off)
-	}
-	return r.err
-}
-
-// decodeHits reads the hits and keys of e's reply after its fmtAdmitted.
-func (e *entry) decodeHits(r *reader) {
-	e.hr = slices.Grow(e.hr[:0], len(e.hits))[:len(e.hits)]
-	for i := range e.hits {
-		bits := r.u8()
-		v := hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, retry: r.f64(), remDenied: r.f64(), resetDenied: r.f64()}
-		if e.full {
-			v.remAdmitted, v.resetAdmitted = r.f64(), r.f64()
-		} else {
-			// The short reply's pair is the outcome's.
-			v.remAdmitted, v.resetAdmitted = v.remDenied, v.resetDenied
-		}
-		e.hr[i] = v
-	}
-	if !e.full && !e.lease {
-		return
-	}
-	nk := len(e.keys)
-	e.kr = slices.Grow(e.kr[:0], nk)[:nk]
-	for k := range nk {
-		if e.full {
-			e.kr[k] = keyReply{u1: r.f64(), u2: r.f64(), leased: r.f64()}
-		} else {
-			e.kr[k] = keyReply{u1: r.f64(), leased: r.f64()}
-		}
-	}
 }

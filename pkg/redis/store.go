@@ -247,14 +247,14 @@ func (s *Store) Close() error {
 //
 // Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
 // or the deadline (ctx or CallTimeout) passes, or when the call is shed (see
-// Store), and a plain error naming the hit when a Limit does not Validate.
+// Store), and a plain error naming the hit when a hit does not Validate.
 // After an error no Result is returned.
 func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
 	if len(hits) == 0 {
 		return []limiter.Result{}, nil
 	}
 	for i, h := range hits {
-		if err := h.Limit.Validate(); err != nil {
+		if err := h.Validate(); err != nil {
 			return nil, fmt.Errorf("redis: hit %d: %w", i, err)
 		}
 	}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strconv"
 	"testing"
@@ -105,5 +106,93 @@ func runAt(t testing.TB, s *Store, now int64, es ...*entry) {
 		if err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
+	}
+}
+
+// TestUndoLateRefund: a refund that took hits from older (sub-)windows too
+// (the current one held fewer) replies an undo token per (sub-)window it
+// changed, and the undo built from the reply (undoEntry) puts every hit
+// back where it was taken, on the classic counter and on sub-windows.
+func TestUndoLateRefund(t *testing.T) {
+	t.Parallel()
+	s, c := newTestStore(t, Options{})
+	const w = 60_000
+	t0 := int64(1_800_000_000_000) // a window start
+	for _, l := range []limiter.Limit{
+		{Requests: 100, Window: w * time.Millisecond},
+		{Requests: 100, Window: w * time.Millisecond, SubWindows: 6},
+	} {
+		t.Run(fmt.Sprintf("sub_windows %d", l.SubWindowCount()), func(t *testing.T) {
+			h := limiter.Hit{Key: t.Name(), Limit: l}
+			id := identity{key: h.Key, w: l.Window, alg: l.Algorithm, sub: l.SubWindowCount()}
+			apply := func(now int64, n uint64, refund bool) *group {
+				t.Helper()
+				h.Hits, h.Refund = n, refund
+				gs, _ := s.split([]limiter.Hit{h})
+				gs[0].e.full = true
+				runAt(t, s, now, gs[0].e)
+				gs[0].replied, gs[0].admitted = true, gs[0].e.admitted
+				return gs[0]
+			}
+			apply(t0+1_000, 7, false)  // sub-window 0 of window 0
+			apply(t0+21_000, 5, false) // sub-window 2
+			apply(t0+w+1_000, 2, false)
+			before, _ := readState(t, c, s.prefix, id)
+			g := apply(t0+w+2_000, 10, true)
+			after, _ := readState(t, c, s.prefix, id)
+			if sameState(before, after) || len(g.e.kr[0].more) == 0 {
+				t.Fatalf("refund of 10 over 2 in the current window: %+v -> %+v, undo tokens more %v: want older hits taken, with their tokens",
+					before, after, g.e.kr[0].more)
+			}
+			u, ok := s.undoEntry(g)
+			if !ok {
+				t.Fatal("undoEntry: nothing to take back")
+			}
+			runAt(t, s, t0+w+3_000, u)
+			if got, _ := readState(t, c, s.prefix, id); !sameState(got, before) {
+				t.Errorf("after undo: %+v, want %+v (as before the refund)", got, before)
+			}
+		})
+	}
+}
+
+// TestUndoSlots: the undo of a concurrency entry that acquired under one
+// slot token and released another's slot takes back exactly those: the
+// acquired slots are gone and the released one is held again, under its own
+// token (a later release of it frees it).
+func TestUndoSlots(t *testing.T) {
+	t.Parallel()
+	s, c := newTestStore(t, Options{})
+	t0 := int64(1_800_000_000_000)
+	l := limiter.Limit{Requests: 10, Window: time.Minute, Algorithm: limiter.Concurrency}
+	id := identity{key: "slots", w: l.Window, alg: l.Algorithm}
+	apply := func(now int64, hits ...limiter.Hit) *group {
+		t.Helper()
+		for i := range hits {
+			hits[i].Key, hits[i].Limit = "slots", l
+		}
+		gs, _ := s.split(hits)
+		gs[0].e.full = true
+		runAt(t, s, now, gs[0].e)
+		gs[0].replied, gs[0].admitted = true, gs[0].e.admitted
+		return gs[0]
+	}
+	apply(t0, limiter.Hit{Hits: 2, SlotToken: 7})
+	before, _ := readState(t, c, s.prefix, id)
+	g := apply(t0+5, limiter.Hit{Hits: 3, SlotToken: 8}, limiter.Hit{Hits: 1, Refund: true, SlotToken: 7})
+	if got, _ := readState(t, c, s.prefix, id); len(got.Slots) != 2*4 {
+		t.Fatalf("after acquiring 3 and releasing 1: %v, want 4 slots", got.Slots)
+	}
+	u, ok := s.undoEntry(g)
+	if !ok {
+		t.Fatal("undoEntry: nothing to take back")
+	}
+	runAt(t, s, t0+10, u)
+	if got, _ := readState(t, c, s.prefix, id); !sameState(got, before) {
+		t.Fatalf("after undo: %v, want %v", got.Slots, before.Slots)
+	}
+	apply(t0+20, limiter.Hit{Hits: 2, Refund: true, SlotToken: 7})
+	if got, ok := readState(t, c, s.prefix, id); ok {
+		t.Fatalf("after releasing token 7's two slots: %v, want none", got.Slots)
 	}
 }

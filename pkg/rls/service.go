@@ -51,6 +51,8 @@ type Options struct {
 	RawBody bool
 	// DynamicMetadata adds the config metadata of every descriptor that
 	// matched a rule to an OK response's dynamic_metadata, for later filters.
+	// (The slot token of a request that took concurrency slots is always
+	// there, under ratelimit.SlotTokenKey.)
 	DynamicMetadata bool
 	// Metrics records the latency of every call by gRPC code; nil records
 	// nothing. (Decision metrics are the Decider's.)
@@ -241,6 +243,14 @@ func (s *Service) response(d *ratelimit.Decision) *rlsv3.RateLimitResponse {
 	s.addHeaders(resp, d, m.headers)
 	if s.opts.DynamicMetadata && d.Code == ratelimit.OK {
 		resp.DynamicMetadata = dynamicMetadata(d.Metadata())
+	}
+	if d.SlotToken != "" {
+		// The concurrency slots' token, for the release to send back: see
+		// ratelimit.SlotTokenKey.
+		if resp.DynamicMetadata == nil {
+			resp.DynamicMetadata = &structpb.Struct{Fields: make(map[string]*structpb.Value, 1)}
+		}
+		resp.DynamicMetadata.Fields[ratelimit.SlotTokenKey] = structpb.NewStringValue(d.SlotToken)
 	}
 	return resp
 }

@@ -223,12 +223,13 @@ func TestSequences(t *testing.T) {
 			{req: report(desc("ai_tenant", "t1"), 8000), want: "OVER_LIMIT [OVER:0]"},
 			{req: check(desc("ai_tenant", "t2")), want: "OK [OK:10000]"},
 		}},
-		{"concurrency: acquire 2 of 2, the third denied, a release admits the next", []step{
+		{"concurrency: acquire 2 of 2, the third denied; a release without a slot token frees nothing", []step{
 			{req: request(desc("inflight", "a")), want: "OK [OK:1]"},
 			{req: request(desc("inflight", "a")), want: "OK [OK:0]"},
 			{req: request(desc("inflight", "a")), want: "OVER_LIMIT [OVER:0]"},
-			{req: release(desc("inflight", "a")), want: "OK [OK:1]"},
-			{req: request(desc("inflight", "a")), want: "OK [OK:0]"},
+			{req: release(desc("inflight", "a")), want: "OK [OK:0]"},
+			{req: release(desc("inflight", "a", ratelimit.SlotTokenKey, "12345")), want: "OK [OK:0]"},
+			{req: request(desc("inflight", "a")), want: "OVER_LIMIT [OVER:0]"},
 		}},
 		{"quota mode denies only when every quota descriptor is over", []step{
 			{req: request(desc("service", "a"), desc("service", "b")), want: "OK [OK:0 OK:0]"},

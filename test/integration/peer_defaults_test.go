@@ -76,17 +76,17 @@ func report(t *testing.T, s *sluice, n uint64) rlsv3.RateLimitResponse_Code {
 
 // TestPeerCountsEveryHit: with the peer's settings and
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, a usage report that does
-// not fit still counts, as in the peer (Envoy Gateway's response cost), so
-// the budget runs out; with it true a denied report consumes nothing; the
-// start-up line says which is in force.
+// not fit is over the limit but still counts, as in the peer (Envoy
+// Gateway's response cost), so the budget runs out; with it true a denied
+// report consumes nothing; the start-up line says which is in force.
 func TestPeerCountsEveryHit(t *testing.T) {
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 	for _, tc := range []struct {
 		name, stop, line string
 		after            rlsv3.RateLimitResponse_Code
 	}{
-		{"unset", "", "--overdraw=true (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset", over},
-		{"true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "--overdraw=false (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)", ok},
+		{"unset", "", "--count-denied=true (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset", over},
+		{"true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "--count-denied=false (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)", ok},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			redisSrv := redistest.Start(t)

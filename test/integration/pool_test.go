@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -161,21 +162,27 @@ func poolOverload(t *testing.T, s *sluice) {
 // exactly: first mostly default, then mostly critical.
 func poolInFlight(t *testing.T, s *sluice) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 50))
-	var held []string // the class of each request in flight
+	type slot struct{ class, token string }
+	var held []slot // the requests in flight: class and slot token
 	shed := map[string]int{}
-	call := func(class string, release bool) bool {
+	// call acquires (token "") or releases, and returns whether it was OK
+	// and the slot token handed out.
+	call := func(class, token string, release bool) (bool, string) {
 		req := request("pool", []string{"pool", "workers", "priority", class})
 		req.Descriptors[0].IsNegativeHits = release
+		if token != "" {
+			req.Descriptors[0].Entries = append(req.Descriptors[0].Entries, &rlcommon.RateLimitDescriptor_Entry{Key: slotTokenKey, Value: token})
+		}
 		resp, err := s.Client.ShouldRateLimit(context.Background(), req)
 		if err != nil {
 			t.Fatalf("ShouldRateLimit(%s, release %v): %v", class, release, err)
 		}
-		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
+		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK, resp.GetDynamicMetadata().GetFields()[slotTokenKey].GetStringValue()
 	}
 	for step := range 2000 {
 		if len(held) > 0 && r.IntN(5) < 2 {
 			i := r.IntN(len(held))
-			if !call(held[i], true) {
+			if ok, _ := call(held[i].class, held[i].token, true); !ok {
 				t.Fatalf("a release was refused")
 			}
 			held = slices.Delete(held, i, i+1)
@@ -186,15 +193,16 @@ func poolInFlight(t *testing.T, s *sluice) {
 			class = "critical"
 		}
 		before := len(held)
-		switch ok := call(class, false); {
+		switch ok, token := call(class, "", false); {
 		case ok && (before >= 50 || class == "default" && before >= 40):
 			t.Fatalf("%s admitted with %d in flight", class, before)
 		case !ok && (class == "critical" && before < 50 || class == "default" && before < 40):
 			t.Fatalf("%s shed with %d in flight", class, before)
 		case ok:
-			held = append(held, class)
+			held = append(held, slot{class, token})
 		default:
 			shed[class]++
+			call(class, "", true) // Envoy releases a shed request too: that frees nothing
 		}
 	}
 	t.Logf("shed: %v; %d in flight at the end", shed, len(held))

@@ -16,22 +16,32 @@ import (
 
 // usageRequest is one descriptor of domain ai with its own hits_addend and
 // is_negative_hits, as Envoy sends them on the request path (hits 0: a
-// check) and when the stream ends (the report, or the release).
-func usageRequest(key, value string, hits uint64, negative bool) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*rlcommon.RateLimitDescriptor{{
+// check) and when the stream ends (the report, or the release, which
+// carries the acquire's slot token as its last entry when it has one).
+func usageRequest(key, value string, hits uint64, negative bool, token ...string) *rlsv3.RateLimitRequest {
+	d := &rlcommon.RateLimitDescriptor{
 		Entries:        []*rlcommon.RateLimitDescriptor_Entry{{Key: key, Value: value}},
 		HitsAddend:     wrapperspb.UInt64(hits),
 		IsNegativeHits: negative,
-	}}}
+	}
+	for _, tok := range token {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: slotTokenKey, Value: tok})
+	}
+	return &rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*rlcommon.RateLimitDescriptor{d}}
 }
 
-func (s *sluice) usage(t *testing.T, key, value string, hits uint64, negative bool) *rlsv3.RateLimitResponse {
+func (s *sluice) usage(t *testing.T, key, value string, hits uint64, negative bool, token ...string) *rlsv3.RateLimitResponse {
 	t.Helper()
-	r, err := s.Client.ShouldRateLimit(context.Background(), usageRequest(key, value, hits, negative))
+	r, err := s.Client.ShouldRateLimit(context.Background(), usageRequest(key, value, hits, negative, token...))
 	if err != nil {
 		t.Fatalf("ShouldRateLimit(%s=%s hits %d): %v", key, value, hits, err)
 	}
 	return r
+}
+
+// slotToken is the slot token r hands out, "" for none.
+func slotToken(r *rlsv3.RateLimitResponse) string {
+	return r.GetDynamicMetadata().GetFields()[slotTokenKey].GetStringValue()
 }
 
 // TestTokenBudget is the token budget's bypass, closed: check (hits 0), report 8000,
@@ -89,13 +99,14 @@ func TestConcurrencyLimit(t *testing.T) {
 
 	t.Run("acquire, deny, release", func(t *testing.T) {
 		s := ss[0]
-		if !ok(s.usage(t, "leaky", "a", 1, false)) || !ok(s.usage(t, "leaky", "a", 1, false)) {
+		first := s.usage(t, "leaky", "a", 1, false)
+		if !ok(first) || !ok(s.usage(t, "leaky", "a", 1, false)) {
 			t.Fatal("acquire 1 or 2 of 2 denied")
 		}
 		if ok(s.usage(t, "leaky", "a", 1, false)) {
 			t.Fatal("acquire 3 of 2 admitted")
 		}
-		s.usage(t, "leaky", "a", 1, true)
+		s.usage(t, "leaky", "a", 1, true, slotToken(first))
 		if !ok(s.usage(t, "leaky", "a", 1, false)) {
 			t.Fatal("acquire after a release denied")
 		}
@@ -132,7 +143,7 @@ func TestConcurrencyLimit(t *testing.T) {
 					}
 					time.Sleep(3 * time.Millisecond)
 					inFlight.Add(-1)
-					if _, err := s.Client.ShouldRateLimit(context.Background(), usageRequest("inflight", "shared", 1, true)); err != nil {
+					if _, err := s.Client.ShouldRateLimit(context.Background(), usageRequest("inflight", "shared", 1, true, slotToken(r))); err != nil {
 						t.Errorf("release: %v", err)
 					}
 				}

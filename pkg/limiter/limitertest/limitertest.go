@@ -78,6 +78,7 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"AllOrNothingAcrossAlgorithms", testAllOrNothingAcrossAlgorithms},
 		{"RandomSequenceEveryAlgorithm", testRandomSequenceEveryAlgorithm},
 		{"Overdraw", testOverdraw},
+		{"CountDenied", testCountDenied},
 		{"PoolClassesUnderOverload", testPoolClassesUnderOverload},
 		{"PoolClassesConcurrency", testPoolClassesConcurrency},
 		{"PoolClassesEveryAlgorithm", testPoolClassesEveryAlgorithm},
@@ -211,9 +212,9 @@ func describe(hits []limiter.Hit) string {
 		if len(k) > 40 {
 			k = fmt.Sprintf("%s...(%d bytes)", k[:40], len(k))
 		}
-		fmt.Fprintf(&b, "{%q %d/%v %v burst=%d sub=%d ceiling=%d hits=%d refund=%v shadow=%v quota=%v}",
+		fmt.Fprintf(&b, "{%q %d/%v %v burst=%d sub=%d ceiling=%d overdraw=%v count_denied=%v hits=%d refund=%v shadow=%v quota=%v token=%d}",
 			k, h.Limit.Requests, h.Limit.Window, h.Limit.Algorithm, h.Limit.Burst, h.Limit.SubWindows, h.Limit.Ceiling,
-			h.Hits, h.Refund, h.Shadow, h.Quota)
+			h.Limit.Overdraw, h.Limit.CountDenied, h.Hits, h.Refund, h.Shadow, h.Quota, h.SlotToken)
 	}
 	return "[" + b.String() + "]"
 }
@@ -445,13 +446,16 @@ func testRefund(t *testing.T, e *env) {
 		e.apply(hit(k, l, 1))
 	}
 	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(66_000), ResetAfter: ms(120_000)})
-	// A refund lowers only the current window.
+	// A refund takes from the current window first, then from the
+	// previous one: one sent after the window rolled finds its hits there
+	// (10 in prev, weighing half at 90 s).
 	e.clk.Advance(ms(90_000))
 	e.expect([]limiter.Hit{hit(k, l, 3), refund(3)},
 		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)},
 		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)},
 	)
-	e.expect([]limiter.Hit{refund(1)}, limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(30_000)})
+	e.expect([]limiter.Hit{refund(4)}, limiter.Result{Allowed: true, Remaining: 7, ResetAfter: ms(30_000)})
+	e.expect([]limiter.Hit{refund(100)}, limiter.Result{Allowed: true, Remaining: 10})
 }
 
 func testCheckOnly(t *testing.T, e *env) {
@@ -641,9 +645,12 @@ func testSubWindows(t *testing.T, e *env) {
 	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(10_001)})
 	e.clk.Advance(ms(1))
 	e.expect([]limiter.Hit{hit(k, l, 4)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(70_000)})
-	// A refund takes back from the current sub-window only.
+	// A refund takes back from the current sub-window (4), then from the
+	// older ones still in the window, the newest first (1 of sub-window 1's
+	// 2).
 	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 5, Refund: true}},
-		limiter.Result{Allowed: true, Remaining: 4, ResetAfter: ms(10_000)})
+		limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(10_000)})
+	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 5, Refund: true}}, limiter.Result{Allowed: true, Remaining: 6})
 }
 
 // testTokenBucket: a bucket of 5 refilled at 3/s: a burst, then the rate.
@@ -690,25 +697,39 @@ func testSlidingLog(t *testing.T, e *env) {
 }
 
 // testConcurrency: acquire 2 of 2, the third is denied, a release admits the
-// next; a leaked slot frees itself one window after its acquire.
+// next; a release frees only slots of its own token (none without one,
+// nothing the second time); a leaked slot frees itself one window after its
+// acquire.
 func testConcurrency(t *testing.T, e *env) {
 	l := algLimit(limiter.Concurrency, 2, time.Minute)
 	k := e.key("a")
-	acquire, release := []limiter.Hit{hit(k, l, 1)}, []limiter.Hit{{Key: k, Limit: l, Hits: 1, Refund: true}}
-	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	acquire := func(token uint64) []limiter.Hit {
+		return []limiter.Hit{{Key: k, Limit: l, Hits: 1, SlotToken: token}}
+	}
+	release := func(token, n uint64) []limiter.Hit {
+		return []limiter.Hit{{Key: k, Limit: l, Hits: n, Refund: true, SlotToken: token}}
+	}
+	e.expect(acquire(11), limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
 	e.clk.Advance(ms(10))
-	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
-	e.expect(acquire, limiter.Result{RetryAfter: ms(59_990), ResetAfter: ms(60_000)})
-	e.expect(release, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
-	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
-	// Release more than held: never below empty.
-	e.expect([]limiter.Hit{{Key: k, Limit: l, Hits: 9, Refund: true}}, limiter.Result{Allowed: true, Remaining: 2})
+	e.expect(acquire(12), limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+	e.expect(acquire(13), limiter.Result{RetryAfter: ms(59_990), ResetAfter: ms(60_000)})
+	// The denied request's release (Envoy sends one), with its token or
+	// none, frees nothing; nor does an unknown token.
+	for _, token := range []uint64{13, 0, 99} {
+		e.expect(release(token, 1), limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+	}
+	e.expect(release(11, 1), limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	e.expect(release(11, 1), limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	e.expect(acquire(14), limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+	// A release of more than its token holds frees only those.
+	e.expect(release(12, 9), limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	e.expect(release(14, 1), limiter.Result{Allowed: true, Remaining: 2})
 	// Two slots leak; they are free one window after their acquire.
-	e.apply(hit(k, l, 2))
+	e.apply(limiter.Hit{Key: k, Limit: l, Hits: 2, SlotToken: 15})
 	e.clk.Advance(ms(59_999))
-	e.expect(acquire, limiter.Result{RetryAfter: ms(1), ResetAfter: ms(1)})
+	e.expect(acquire(16), limiter.Result{RetryAfter: ms(1), ResetAfter: ms(1)})
 	e.clk.Advance(ms(1))
-	e.expect(acquire, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
+	e.expect(acquire(16), limiter.Result{Allowed: true, Remaining: 1, ResetAfter: ms(60_000)})
 }
 
 // testAlgorithmsAreSeparateCounters: the same key under each algorithm (and
@@ -776,12 +797,14 @@ func testRandomSequenceEveryAlgorithm(t *testing.T, e *env) {
 		algLimit(limiter.Concurrency, 3, 2*time.Second),
 		{Requests: 6, Window: time.Second, Overdraw: true},
 		{Requests: 4, Window: time.Second, Algorithm: limiter.TokenBucket, Burst: 6, Overdraw: true},
+		{Requests: 6, Window: 3 * time.Second, SubWindows: 3, CountDenied: true},
+		{Requests: 4, Window: time.Second, Algorithm: limiter.FixedWindow, CountDenied: true},
 	}
 	for range 400 {
 		hits := make([]limiter.Hit, 1+r.IntN(4))
 		for i := range hits {
 			hits[i] = limiter.Hit{Key: keys[r.IntN(len(keys))], Limit: limits[r.IntN(len(limits))], Hits: uint64(r.IntN(4)),
-				Refund: r.IntN(6) == 0, Shadow: r.IntN(8) == 0, Quota: r.IntN(4) == 0}
+				Refund: r.IntN(6) == 0, Shadow: r.IntN(8) == 0, Quota: r.IntN(4) == 0, SlotToken: uint64(r.IntN(3))}
 		}
 		e.apply(hits...)
 		switch r.IntN(5) {
@@ -796,10 +819,10 @@ func testRandomSequenceEveryAlgorithm(t *testing.T, e *env) {
 }
 
 // overdrawn reports whether a denied request still grows counter id: one of
-// its overdraw hits on it asks for hits.
+// its overdraw or CountDenied hits on it asks for hits.
 func overdrawn(hits []limiter.Hit, id counterID) bool {
 	for _, h := range hits {
-		if idOf(h) == id && h.Limit.Overdraw && !h.Refund && h.Hits > 0 {
+		if idOf(h) == id && (h.Limit.Overdraw || h.Limit.CountDenied) && !h.Refund && h.Hits > 0 {
 			return true
 		}
 	}
@@ -831,5 +854,27 @@ func testOverdraw(t *testing.T, e *env) {
 	e.apply(hit(e.key("full"), limit(0, time.Hour), 1), hit(b, l, 3000), other)
 	e.expect([]limiter.Hit{hit(b, l, 0), hit(e.key("other"), limit(5, time.Hour), 0)},
 		limiter.Result{Allowed: true, Remaining: 7000, ResetAfter: ms(3_672_000)},
+		limiter.Result{Allowed: true, Remaining: 5})
+}
+
+// testCountDenied is envoyproxy/ratelimit's counting (CountDenied): a hit is
+// over the limit when the count after it would pass the limit, and counts
+// either way, on every counter of the request, even one that admitted it.
+func testCountDenied(t *testing.T, e *env) {
+	l := limiter.Limit{Requests: 20, Window: time.Minute, SubWindows: 50, CountDenied: true}
+	a := e.key("a")
+	e.expect([]limiter.Hit{hit(a, l, 15)}, limiter.Result{Allowed: true, Remaining: 5, ResetAfter: ms(61_200)})
+	e.expect([]limiter.Hit{hit(a, l, 15)}, limiter.Result{RetryAfter: ms(61_200), ResetAfter: ms(61_200)})
+	e.expect([]limiter.Hit{hit(a, l, 0)}, limiter.Result{Allowed: false, RetryAfter: ms(61_200), ResetAfter: ms(61_200)})
+	// More hits than the limit: never admitted, counted all the same.
+	b := e.key("b")
+	e.expect([]limiter.Hit{hit(b, l, 1_000_000)}, limiter.Result{ExceedsLimit: true, RetryAfter: time.Minute, ResetAfter: ms(61_200)})
+	e.expect([]limiter.Hit{hit(b, l, 0)}, limiter.Result{RetryAfter: ms(61_200), ResetAfter: ms(61_200)})
+	// Denied by another limit: the CountDenied hits count on every counter
+	// of the request, the others do not.
+	c, other := e.key("c"), hit(e.key("other"), limit(5, time.Hour), 1)
+	e.apply(hit(e.key("full"), limit(0, time.Hour), 1), hit(c, l, 3), other)
+	e.expect([]limiter.Hit{hit(c, l, 0), hit(e.key("other"), limit(5, time.Hour), 0)},
+		limiter.Result{Allowed: true, Remaining: 17, ResetAfter: ms(61_200)},
 		limiter.Result{Allowed: true, Remaining: 5})
 }

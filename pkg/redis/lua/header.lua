@@ -40,13 +40,14 @@
 -- at the end if it changed, with the TTL of its expiry (at most two windows
 -- away for the windows and logs, when the bucket is full again for a token
 -- bucket); a state that becomes empty is deleted, so no key exists without a
--- TTL. What a denied entry sees is never written (overdraw hits aside).
+-- TTL. What a denied entry sees is never written (overdraw and count-denied
+-- hits aside).
 --
 -- An algorithm's file implements, on its state (s1, s2, s3: limiter.State's
 -- At, N1, N2, or what the file says), with w the window in ms, L the
 -- requests and B the burst of a hit (the key's first hit in consume) and N
--- the key's sub-windows (for the logs: 1 when a refund releases the oldest
--- entries, 0 the newest):
+-- the key's sub-windows (for the logs: 1 for concurrency, whose entries are
+-- slots named by slot tokens, 0 for the sliding log):
 --   load(key, w, N) -> o1, o2, o3, exists: the stored state (0, 0, 0 for
 --     none);
 --   parse(value, N) -> as load, from the value of GET (only for a state
@@ -57,8 +58,12 @@
 --     pool's class, its capacity under its ceiling (limiter.Limit.Capacity,
 --     computed by Go: the L, or a token bucket's burst, it admits up to),
 --     nil for any other hit;
---   consume(key, s1, s2, s3, w, L, inc, dec, B, N) -> s1, s2, s3, u1, u2:
---     the Go twin's consume, and the undo token;
+--   consume(key, s1, s2, s3, w, L, inc, dec, B, N, ta, tr) -> s1, s2, s3,
+--     u1, u2: the Go twin's consume (ta and tr the slot tokens of the
+--     acquire and the release, for concurrency; nil in the fast paths,
+--     which no slot token takes), and the undo token; a refund that changed
+--     older (sub-)windows too appends an undo token (u1, u2) of each to XU
+--     (nXU its length), which an undo takes back one by one;
 --   report(s1, s2, s3, w, L, allowed, B, N, C) -> remaining (0 unless
 --     allowed), reset_after_ms (the Go twin's report), C as in decide;
 --   store(key, w, N, s1, s2, s3, o1, o2, o3, exists): write s over o, only
@@ -92,12 +97,15 @@ local now = 0
 -- loaded); current state (s1-s3); dirty (to store); per entry (see run)
 -- the entry that last marked it and its growth, lease and first hit.
 local KA, KW, KN, o1, o2, o3, ox, s1, s2, s3, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
-local mark, inc, dec, odi, ask, first = {}, {}, {}, {}, {}, {}
+local mark, inc, dec, odi, ask, first, tka, tkr = {}, {}, {}, {}, {}, {}, {}, {}
 -- Per hit of an entry and per key of an entry (see run); the reply's parts;
 -- prefetch's keys.
 local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 local hC = {} -- per hit: its class's capacity (FL_CEILING), nil for none
 local ek, tu1, tu2, tg, out = {}, {}, {}, {}, {}
+-- The undo tokens more of an entry's consumes, pairs (XU, nXU its length),
+-- and per key of the entry where its own start (xo) and how many (xn).
+local XU, nXU, xo, xn = {}, 0, {}, {}
 local pidx, pnames = {}, {}
 
 -- ALG is the algorithms by limiter.Algorithm number, as the files register
@@ -106,7 +114,7 @@ local ALG = {}
 
 -- FIELDS is what an algorithm's table may hold (a library being loaded
 -- may not call pairs, so register copies these by name).
-local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'oldest', 'like' }
+local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'inflight', 'like' }
 
 -- register makes A the algorithm of the config spelling name, with the
 -- traits limiter's registry gives it (lease). With variant, A is the

@@ -2,10 +2,11 @@
 -- takes: a sorted set per counter, one
 -- member per counted hit, scored by its time; members are "<time>:<index>",
 -- the index (4 digits, so that members of one time sort by it) one more than
--- the largest of that time. The state is s1 = the key, s2 = the count in
--- (now - w, now], s3 = the members changed by the last consume (so that a
--- change shows even when the count does not); consume and undo change the
--- set in place, store writes nothing.
+-- the largest of that time, and for concurrency (N = 1) ":<token>" after
+-- it, the slot token of the acquire that took the slot. The state is s1 =
+-- the key, s2 = the count in (now - w, now], s3 = the members changed by
+-- the last consume (so that a change shows even when the count does not);
+-- consume and undo change the set in place, store writes nothing.
 --
 -- A refund's removed members stay TOMB ms as tombstones, "~" and the member
 -- scored -now (below every live time, so no read sees them), so that an
@@ -55,39 +56,58 @@ local function logDecide(key, count, _, w, L, n, _, _, C)
   return false, logTime(v[2]) + w - now
 end
 
--- logAdd adds n members at time t.
-local function logAdd(key, t, n)
+-- logAdd adds n members at time t, each ending in tail.
+local function logAdd(key, t, n, tail)
   local top = redis.call('ZREVRANGEBYSCORE', key, t, t, 'LIMIT', 0, 1)
   local base = 0
   if top[1] then
-    base = tonumber(string.match(top[1], ':(%d+)$')) + 1
+    base = tonumber(string.match(top[1], '^%-?%d+:(%d+)')) + 1
   end
   local args = { 'ZADD', key }
   for x = 0, n - 1 do
     args[#args + 1] = fmt('%d', t)
-    args[#args + 1] = fmt('%d:%04d', t, base + x)
+    args[#args + 1] = fmt('%d:%04d', t, base + x) .. tail
   end
   redis.call(unpack(args))
 end
 
--- consume adds inc entries at now (the log holding at most MAXLOG), then
--- removes dec: the newest (N = 0) or the oldest (N = 1).
-local function logConsume(key, _, count, _, w, _, inc, dec, _, N)
+-- logDropped returns the members in (cut, +inf] that a refund of n removes:
+-- the newest of the sliding log (N = 0); for concurrency (N = 1) the oldest
+-- n named by slot token tr, none for tr = 0 (a release without a valid
+-- token frees nothing).
+local function logDropped(key, cut, n, N, tr)
+  if n == 0 then
+    return {}
+  elseif N == 0 then
+    return redis.call('ZREVRANGEBYSCORE', key, '+inf', fmt('(%d', cut), 'LIMIT', 0, n)
+  elseif tr == 0 then
+    return {}
+  end
+  local all, v, tail = redis.call('ZRANGEBYSCORE', key, fmt('(%d', cut), '+inf'), {}, fmt(':%d', tr)
+  for x = 1, #all do
+    if sub(all[x], -#tail) == tail then
+      v[#v + 1] = all[x]
+      if #v == n then
+        break
+      end
+    end
+  end
+  return v
+end
+
+-- consume adds inc entries at now (the log holding at most MAXLOG; for
+-- concurrency slots of token ta), then removes dec (logDropped).
+local function logConsume(key, _, count, _, w, _, inc, dec, _, N, ta, tr)
   local cut = now - w
   local gone = redis.call('ZREMRANGEBYSCORE', key, '0', fmt('%d', cut))
   redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -(now - TOMB)), '-1')
   local add = min(inc, max(MAXLOG - count, 0))
   if add > 0 then
-    logAdd(key, now, add)
+    logAdd(key, now, add, N == 1 and fmt(':%d', ta or 0) or '')
   end
-  local drop = min(dec, count + add)
+  local v = logDropped(key, cut, min(dec, count + add), N, tr or 0)
+  local drop = #v
   if drop > 0 then
-    local v
-    if N == 1 then
-      v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', cut), '+inf', 'LIMIT', 0, drop)
-    else
-      v = redis.call('ZREVRANGEBYSCORE', key, '+inf', fmt('(%d', cut), 'LIMIT', 0, drop)
-    end
     local tomb = { 'ZADD', key }
     for x = 1, #v do
       tomb[#tomb + 1] = fmt('%d', -now)

@@ -18,7 +18,7 @@
 
 -- The flags' tests: f % FL2_X >= FL_X says that f has FL_X.
 local FL2_REFUND, FL2_SHADOW, FL2_EXCEEDS, FL2_QUOTA = 2 * FL_REFUND, 2 * FL_SHADOW, 2 * FL_EXCEEDS, 2 * FL_QUOTA
-local FL2_OVERDRAW, FL2_CEILING = 2 * FL_OVERDRAW, 2 * FL_CEILING
+local FL2_OVERDRAW, FL2_COUNTDENIED, FL2_SLOT, FL2_CEILING = 2 * FL_OVERDRAW, 2 * FL_COUNTDENIED, 2 * FL_SLOT, 2 * FL_CEILING
 
 -- bind binds the library functions the hot path calls and resolves the
 -- algorithms registered like others, on the first call.
@@ -45,8 +45,9 @@ local function clock(arg)
 end
 
 -- readSpecs reads the nk keys' F_SPEC: each key's algorithm (its variant
--- for N > 1 sub-windows; the logs' N says which entries a refund releases),
--- window and sub-windows, and clears what the call reads of its keys.
+-- for N > 1 sub-windows; the logs' N says whether entries are slots named
+-- by tokens), window and sub-windows, and clears what the call reads of its
+-- keys.
 local function readSpecs(specs, nk)
   local p = 1
   for k = 1, nk do
@@ -62,7 +63,7 @@ local function readSpecs(specs, nk)
       end
       if A.sub and N > 1 then
         A = A.sub
-      elseif A.oldest then
+      elseif A.inflight then
         N = 1
       end
       KA[k], KW[k], KN[k] = A, w, N
@@ -134,13 +135,15 @@ end
 -- burst, hits, flags, lease, a pool's class's capacity), its keys in order of first hit (ek, with
 -- mark[k] = e) and per key its growth: inc, the largest hits among its
 -- non-refund hits (as limiter.Evaluate), dec, the largest refund, odi, the
--- largest overdraw hits, the lease asked and the key's first hit. It
--- returns where the next entry starts and the entry's number of keys.
+-- largest overdraw or count-denied hits, the largest slot tokens of its
+-- acquires and of its releases (tka, tkr), the lease asked and the key's
+-- first hit. It returns where the next entry starts and the entry's number
+-- of keys.
 local function readHits(KEYS, prog, p, count, e)
   local nek = 0
   for h = 1, count do
-    local k, f, n, c
-    k, hL[h], hB[h], n, f, hl[h], c, p = sunpack(F_HIT, prog, p)
+    local k, f, n, c, tk
+    k, hL[h], hB[h], n, f, hl[h], c, tk, p = sunpack(F_HIT, prog, p)
     hk[h], hn[h], hf[h] = k, n, f
     if f % FL2_CEILING < FL_CEILING then
       c = nil -- no pool's class
@@ -150,7 +153,7 @@ local function readHits(KEYS, prog, p, count, e)
       mark[k] = e
       nek = nek + 1
       ek[nek] = k
-      inc[k], dec[k], odi[k], ask[k], first[k] = 0, 0, 0, hl[h], h
+      inc[k], dec[k], odi[k], tka[k], tkr[k], ask[k], first[k] = 0, 0, 0, 0, 0, hl[h], h
       if ox[k] == 0 then
         load(KEYS, k)
       end
@@ -158,14 +161,10 @@ local function readHits(KEYS, prog, p, count, e)
       ask[k] = 0 -- a lease needs its key's only hit
     end
     if f % FL2_REFUND >= FL_REFUND then
-      if n > dec[k] then
-        dec[k] = n
-      end
+      dec[k], tkr[k] = max(dec[k], n), max(tkr[k], tk)
     else
-      if n > inc[k] then
-        inc[k] = n
-      end
-      if f % FL2_OVERDRAW >= FL_OVERDRAW and n > odi[k] then
+      inc[k], tka[k] = max(inc[k], n), max(tka[k], tk)
+      if (f % FL2_OVERDRAW >= FL_OVERDRAW or f % FL2_COUNTDENIED >= FL_COUNTDENIED) and n > odi[k] then
         odi[k] = n
       end
     end
@@ -227,12 +226,14 @@ end
 
 -- settleKey consumes key x of the entry when consume (an admitting apply):
 -- the largest increment, then the largest refund, and a lease. A key with
--- overdraw hits first takes their largest, in every kind and outcome (a
--- report cannot be refused), and an admitting apply adds the rest of its
--- growth, so that the undo token takes back only the rest. Its hits get the
--- "if denied" pair of the state before consume when denied (the counters
--- as the entry found them, overdraw aside), and the "if admitted" pair
--- after it when consume.
+-- overdraw or count-denied hits first takes their largest, in every kind
+-- and outcome (a report cannot be refused; the peer's counting counts
+-- denied hits), and an admitting apply adds the rest of its growth, so
+-- that the undo token takes back only the rest. Its hits get the "if
+-- denied" pair of the state before consume when denied (the counters as
+-- the entry found them, those hits aside), and the "if admitted" pair after
+-- it when consume. The undo tokens more that consume makes (a refund that
+-- reached older windows) are xn[x] pairs of XU from xo[x] on.
 local function settleKey(KEYS, x, count, consume, denied)
   local k = ek[x]
   local A, w, N, h1 = KA[k], KW[k], KN[k], first[k]
@@ -244,8 +245,10 @@ local function settleKey(KEYS, x, count, consume, denied)
   if denied then
     reportKey(k, h1, count, false)
   end
+  xo[x] = nXU
   if consume then
-    s1[k], s2[k], s3[k], u1, u2 = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, hL[h1], inc[k] - odi[k], dec[k], hB[h1], N)
+    s1[k], s2[k], s3[k], u1, u2 = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, hL[h1], inc[k] - odi[k], dec[k], hB[h1], N,
+      tka[k], tkr[k])
     dirty[k] = true
     reportKey(k, h1, count, true)
     if ask[k] > 0 and A.lease and hf[h1] == 0 then
@@ -257,7 +260,7 @@ local function settleKey(KEYS, x, count, consume, denied)
       end
     end
   end
-  tu1[x], tu2[x], tg[x] = u1, u2, g
+  tu1[x], tu2[x], tg[x], xn[x] = u1, u2, g, (nXU - xo[x]) / 2
 end
 
 -- replyHits appends the reply of an apply or check of count hits and nek
@@ -291,7 +294,11 @@ local function replyHits(count, nek, admitted, full, leased, consume, nout)
   for x = 1, (full or leased) and nek or 0 do
     nout = nout + 1
     if full then
-      out[nout] = spack(F_KEYFULL, tu1[x], tu2[x], tg[x])
+      out[nout] = spack(F_KEYFULL, tu1[x], tu2[x], tg[x], xn[x])
+      for j = xo[x] + 1, xo[x] + 2 * xn[x], 2 do
+        nout = nout + 1
+        out[nout] = spack(F_UNDOMORE, XU[j], XU[j + 1])
+      end
     else
       out[nout] = spack(F_KEYLEASE, tu1[x], tg[x])
     end
@@ -417,6 +424,7 @@ local function entries(KEYS, prog, p, e, nout)
       p, nout = plainEntry(KEYS, prog, p, count, nout)
     else
       local nek
+      nXU = 0
       p, nek = readHits(KEYS, prog, p, count, e)
       local admitted = decideHits(count)
       local consume = admitted and kind == K_APPLY

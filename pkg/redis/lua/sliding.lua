@@ -87,16 +87,21 @@ local function swDecide(at, cur, prev, w, L, n, _, _, C)
   return false, (w - E) + need
 end
 
--- consume: cur grows by inc, saturating at MAX, then shrinks by dec, never
--- below 0. The undo token is the window index and the hits added to cur.
+-- consume: cur grows by inc, saturating at MAX, then dec comes back where
+-- the hits still count, the newest first: from cur, then from prev, never
+-- below 0. The undo token is the window index and the hits added to cur; a
+-- refund that reached prev adds the token (i - 1, what prev gained), which
+-- an undo takes back from prev while the estimate counts it.
 local function swConsume(_, i, cur, prev, _, _, inc, dec)
   local c = min(cur + inc, MAX)
-  if dec >= c then
-    c = 0
-  else
-    c = c - dec
+  local back = min(dec, c)
+  c = c - back
+  local p = prev - min(dec - back, prev)
+  if p ~= prev then
+    nXU = nXU + 2
+    XU[nXU - 1], XU[nXU] = i - 1, p - prev
   end
-  return i, c, prev, i, c - cur
+  return i, c, p, i, c - cur
 end
 
 -- report is remaining (floor(L - estimate), at least 0; computed only for an

@@ -201,10 +201,35 @@ local function subCounts(at, v, N)
   return cs
 end
 
+-- subRefundOlder takes back, on the rare path, the refund of dec that the
+-- current sub-window (at, now holding c) could not: from each older
+-- sub-window still in the estimate, the newest first, never below 0. It
+-- returns the state as consume does, appending an undo token per
+-- sub-window it changed to XU (the sub-window and what it gained).
+local function subRefundOlder(at, v, N, rest, c, cur, dec)
+  local cs = subCounts(at, v, N)
+  cs[1] = c
+  for i = 2, N + 1 do
+    local back = min(dec, cs[i] or 0)
+    if back > 0 then
+      cs[i], dec, rest = cs[i] - back, dec - back, rest - back
+      nXU = nXU + 2
+      XU[nXU - 1], XU[nXU] = at - (i - 1), -back
+    end
+  end
+  local t = rest + c
+  if t == 0 then
+    return at, 0, '', at, c - cur
+  end
+  return at, t, subEncode(at, t, cs, N), at, c - cur
+end
+
 -- consume: the current sub-window (at) grows by inc, the total saturating at
--- MAX, then shrinks by dec, never below 0. The undo token is the sub-window
--- and what it gained. A stale string is rewritten at at even when nothing
--- changed (what consume returns is written, as the Go twin stores it).
+-- MAX, then dec comes back where the hits still count, the newest first:
+-- from the current sub-window, then from each older one in the estimate
+-- (subRefundOlder), never below 0. The undo token is the sub-window and what
+-- it gained. A stale string is rewritten at at even when nothing changed
+-- (what consume returns is written, as the Go twin stores it).
 local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   local at0, cur0, W, cur = at, 0, 1, 0
   if v ~= '' then
@@ -215,7 +240,9 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   end
   local rest = total - cur
   local c = min(cur + inc, MAX - rest)
-  if dec >= c then
+  if dec > c and rest > 0 then
+    return subRefundOlder(at, v, N, rest, 0, cur, dec - c)
+  elseif dec >= c then
     c = 0
   else
     c = c - dec
