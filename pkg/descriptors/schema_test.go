@@ -54,7 +54,7 @@ failure_mode: deny
 descriptors:
   - key: pool
     value: db
-    rate_limit: {name: pool, unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 20, overdraw: true}
+    rate_limit: {name: pool, unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 20}
     classes:
       key: priority
       ceilings: [{value: critical, ceiling: 100%}, {value: batch, ceiling: 50%}]
@@ -69,7 +69,7 @@ descriptors:
           - {unit: minute, requests_per_unit: 10, replaces: [{name: pool}]}
           - {unit: hour, requests_per_unit: 100}
   - key: window
-    rate_limit: {unit: hour, unit_multiplier: 2, requests_per_unit: 100, sub_windows: 10}
+    rate_limit: {unit: hour, unit_multiplier: 2, requests_per_unit: 100, sub_windows: 10, overdraw: true}
   - key: internal
     value: "svc-*"
     share_threshold: true
@@ -202,9 +202,21 @@ func TestWithoutXDSOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := cfg.Domain("every").Rules[0].WithoutXDS()
-	want := []string{"quota_mode", "value_to_metric", "metadata", "classes", "rate_limit.algorithm", "rate_limit.burst", "rate_limit.overdraw"}
-	if !slices.Equal(got, want) {
-		t.Errorf("WithoutXDS() = %q, want %q", got, want)
+	for _, tc := range []struct {
+		key  string
+		want []string
+	}{
+		{"pool", []string{"quota_mode", "value_to_metric", "metadata", "classes", "rate_limit.algorithm", "rate_limit.burst"}},
+		{"window", []string{"rate_limit.unit_multiplier", "rate_limit.sub_windows", "rate_limit.overdraw"}},
+	} {
+		var got []string
+		for _, r := range cfg.Domain("every").Rules {
+			if r.Key == tc.key {
+				got = r.WithoutXDS()
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("rule %s: WithoutXDS() = %q, want %q", tc.key, got, tc.want)
+		}
 	}
 }
