@@ -83,16 +83,7 @@ type server struct {
 	core   *ratelimit.Service
 	svc    *rls.Service
 	quota  *rlqs.Service // Envoy's rate limit quota streams
-	store  limiter.Store
-	shares rlqs.Store                  // the store's shared limits, for quota
-	closer func() error                // closes the store, nil if nothing to close
-	ping   func(context.Context) error // checks the store, nil if it cannot fail
-	// warm opens the store's connections and loads its library
-	// (redis.Store.Ready, then a warning if Redis never evicts), nil if it
-	// needs neither; warmed reports that it succeeded once. Until then the
-	// server is not ready, and /healthcheck fails.
-	warm   func(context.Context) error
-	warmed atomic.Bool
+	store  *backend      // the store, its decorators and observers (backend.go)
 	reg    *prometheus.Registry
 	config *source.State
 	page   *configPage          // renders /config and the status page's config status (config.go)
@@ -106,7 +97,6 @@ type server struct {
 	httpLn   net.Listener
 	extra    []extraListener // the debug and metrics listeners, when set
 	stopping atomic.Bool
-	storeUp  atomic.Bool // the store answered the last health check's ping
 }
 
 // hooks change what the settings select, for tests; the zero hooks change
@@ -138,16 +128,14 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 			srv.close()
 		}
 	}()
-	if err := srv.openStore(); err != nil {
+	if srv.store, err = openBackend(s, log); err != nil {
 		return nil, err
 	}
-	if h.wrapStore != nil {
-		srv.store = h.wrapStore(srv.store)
-	}
-	srv.newStatusPage()                        // ui.go: the page times every store call
-	if err := srv.setUpTracing(); err != nil { // tracing.go: a span per store call
+	srv.newStatusPage() // ui.go
+	if srv.trace, err = newTracing(context.Background(), &s.TracingSettings, h.exporter); err != nil {
 		return nil, err
 	}
+	srv.store.compose(s, srv.reg, h, srv.status, srv.trace)
 	if err := srv.newServices(); err != nil {
 		return nil, err
 	}
@@ -317,10 +305,10 @@ func (srv *server) notReady(ctx context.Context) string {
 		return "shutting down"
 	case srv.core.Config() == nil:
 		return "no config loaded"
-	case srv.warm != nil && srv.set.ReadyNeedsStore && !srv.warmed.Load():
+	case srv.set.ReadyNeedsStore && srv.store.notWarm():
 		return "store not ready: its connections are not open or its limiter library is not loaded"
-	case srv.ping != nil && srv.set.ReadyNeedsStore:
-		if err := srv.ping(ctx); err != nil {
+	case srv.set.ReadyNeedsStore && srv.store.fallible():
+		if err := srv.store.ping(ctx); err != nil {
 			return "store unreachable: " + err.Error()
 		}
 	}
@@ -334,9 +322,9 @@ func (srv *server) watchHealth(ctx context.Context) {
 	defer t.Stop()
 	last := ""
 	for {
-		warm := srv.warmStore(ctx) == nil // a failure shows as not ready
-		if srv.set.HealthNeedsStore() && srv.ping != nil {
-			srv.storeUp.Store(warm && srv.ping(ctx) == nil)
+		warm := srv.store.warm(ctx) == nil // a failure shows as not ready
+		if srv.set.HealthNeedsStore() && srv.store.fallible() {
+			srv.store.up.Store(warm && srv.store.ping(ctx) == nil)
 		}
 		reason := srv.notReady(ctx)
 		if ctx.Err() != nil {
@@ -463,10 +451,10 @@ func (srv *server) startListeners(wg *sync.WaitGroup, errc chan<- error) {
 // servers once serve runs; newServer closes them on a failed start.)
 func (srv *server) close() {
 	srv.closeTracing()
-	if srv.closer != nil {
-		if err := srv.closer(); err != nil {
-			srv.log.Warn("closing store", zap.Error(err))
-		}
-		srv.closer = nil
+	if srv.store == nil {
+		return
+	}
+	if err := srv.store.close(); err != nil {
+		srv.log.Warn("closing store", zap.Error(err))
 	}
 }

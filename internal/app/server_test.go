@@ -464,7 +464,7 @@ func TestNotReadyUntilStoreWarm(t *testing.T) {
 	}
 
 	up, _, _ := startServer(t, "--redis-url", "redis://"+redistest.Addr(t))
-	if !up.warmed.Load() {
+	if !up.store.warmed.Load() {
 		t.Error("with Redis up, the store is not warm after the start")
 	}
 	if reason := up.notReady(context.Background()); reason != "" {

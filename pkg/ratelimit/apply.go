@@ -27,7 +27,7 @@ func (e errCaller) Unwrap() error { return e.err }
 func (s *Service) apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
 	start := time.Now()
 	results, err := s.opts.Store.Apply(ctx, hits)
-	s.opts.Metrics.observeStore(time.Since(start), err)
+	s.observeStore(ctx, start, len(hits), err)
 	if err == nil && len(results) != len(hits) {
 		err = fmt.Errorf("%w: store returned %d results for %d hits", limiter.ErrStoreUnavailable, len(results), len(hits))
 	}
