@@ -101,8 +101,8 @@ func redisSettings(set *settings.Settings) redis.Settings {
 // observers, in one place and in this order. A decision's store call
 // passes, from the decision inward:
 //
-//  1. the test hook (hooks.wrapStore), which sees every call the decision
-//     makes, as the decision makes it;
+//  1. wrap, a test's hook (hooks.wrapStore; nil in production), which
+//     sees every call the decision makes, as the decision makes it;
 //  2. the over-limit cache (--over-limit-cache, Redis only), which answers
 //     from memory the hits it knows to be over their limit;
 //  3. the opened store.
@@ -111,15 +111,16 @@ func redisSettings(set *settings.Settings) redis.Settings {
 // latencies and errors) and tracing (a "store.apply" span), in that order,
 // of the call it timed: they observe, wrap nothing, so the call is timed
 // once (ratelimit.StoreObserver). A nil status or trace is off.
-func (b *backend) compose(set *settings.Settings, reg prometheus.Registerer, h hooks, status *statuspage.Recorder, trace *tracing) {
+func (b *backend) compose(set *settings.Settings, reg prometheus.Registerer, wrap func(limiter.Store) limiter.Store,
+	status *statuspage.Recorder, trace *tracing) {
 	if set.OverLimitCache && b.redis != nil {
 		c := limiter.NewOverLimitCache(b.store, limiter.OverLimitOptions{})
 		b.store = c
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_over_limit_cache_hits_total",
 			Help: "Calls answered from the over-limit cache, without a store call."}, func() float64 { return float64(c.Hits()) }))
 	}
-	if h.wrapStore != nil {
-		b.store = h.wrapStore(b.store)
+	if wrap != nil {
+		b.store = wrap(b.store)
 	}
 	if status != nil {
 		b.observers = append(b.observers, status)

@@ -135,7 +135,7 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 	if srv.trace, err = newTracing(context.Background(), &s.TracingSettings, h.exporter); err != nil {
 		return nil, err
 	}
-	srv.store.compose(s, srv.reg, h, srv.status, srv.trace)
+	srv.store.compose(s, srv.reg, h.wrapStore, srv.status, srv.trace)
 	if err := srv.newServices(); err != nil {
 		return nil, err
 	}
@@ -447,10 +447,18 @@ func (srv *server) startListeners(wg *sync.WaitGroup, errc chan<- error) {
 	srv.log.Info("listening", fields...)
 }
 
-// close releases the store. (The listeners belong to the gRPC and HTTP
+// close flushes the traces and releases the store. (The listeners belong to the gRPC and HTTP
 // servers once serve runs; newServer closes them on a failed start.)
 func (srv *server) close() {
-	srv.closeTracing()
+	if srv.trace != nil {
+		// Flush the spans not yet exported, for at most 5 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := srv.trace.close(ctx); err != nil {
+			srv.log.Warn("flushing traces", zap.Error(err))
+		}
+		cancel()
+		srv.trace = nil
+	}
 	if srv.store == nil {
 		return
 	}

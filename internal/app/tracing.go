@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"strconv"
-	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/propagators/b3"
@@ -18,25 +17,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
-
-// closeTracing flushes the spans not yet exported, for at most 5 s.
-func (srv *server) closeTracing() {
-	if srv.trace == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.trace.close(ctx); err != nil {
-		srv.log.Warn("flushing traces", zap.Error(err))
-	}
-	srv.trace = nil
-}
 
 // tracing is what a server with tracing on needs: a tracer provider and the
 // propagators that read the trace context Envoy sends.
