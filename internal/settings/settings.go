@@ -186,7 +186,7 @@ func (s *Settings) table() []setting {
 		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
 		{"start-without-config", "be ready before a config has loaded, answering OK for every domain until one does", "false", &s.StartWithoutConfig},
 		{"ui", "serve the live status page on the HTTP listener: /ui (and /ui/api, the JSON it polls)", "true", &s.UI},
-		{"ui-top-values", "descriptor values the status page and /ui/api show per rule; 0 records none (values are often API keys, and whoever reaches the HTTP port sees them)", "0", &s.UITopValues},
+		{"ui-top-values", "descriptor values the status page and /ui/api show per rule; 0 hides values: none recorded or shown (values are often API keys, and whoever reaches the HTTP port sees them)", "0", &s.UITopValues},
 		{"ui-sensitive", "with --ui-top-values: comma-separated domains (billing) and rules (billing/per_card) whose values the status page still never records", "", &s.UISensitive},
 		{"tracing-enabled", "export OpenTelemetry traces over OTLP: a span per ShouldRateLimit, continuing Envoy's trace, and per store call (also TRACING_ENABLED; the endpoint from OTEL_EXPORTER_OTLP_*)", "false", &s.TracingEnabled},
 		{"tracing-exporter-protocol", "OTLP transport: http (port 4318) or grpc (port 4317) (also TRACING_EXPORTER_PROTOCOL)", "http", &s.TracingExporterProtocol},
