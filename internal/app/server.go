@@ -107,6 +107,9 @@ type hooks struct {
 	// exporter, when set, replaces the OTLP exporter of --tracing-enabled
 	// and exports every span as it ends.
 	exporter sdktrace.SpanExporter
+	// delay, when set, waits out the shutdown delay instead of sleeping it,
+	// so that a test acts inside the delay and then ends it.
+	delay func(time.Duration)
 }
 
 // newServer loads the config, opens the store and binds both listeners. On
@@ -387,7 +390,11 @@ func (srv *server) serve(ctx context.Context) error {
 	bgWG.Wait()
 	srv.health.Shutdown()
 	if err == nil && srv.set.ShutdownDelay > 0 {
-		time.Sleep(srv.set.ShutdownDelay)
+		wait := time.Sleep
+		if srv.hooks.delay != nil {
+			wait = srv.hooks.delay
+		}
+		wait(srv.set.ShutdownDelay)
 	}
 	srv.quota.Stop() // quota streams never end by themselves: end them for GracefulStop
 	stopped := make(chan struct{})
