@@ -107,6 +107,9 @@ type hooks struct {
 	// exporter, when set, replaces the OTLP exporter of --tracing-enabled
 	// and exports every span as it ends.
 	exporter sdktrace.SpanExporter
+	// now, when set, is the status page's clock (statuspage.Options.Now),
+	// so that a test ends a second by moving it instead of waiting.
+	now func() time.Time
 	// delay, when set, waits out the shutdown delay instead of sleeping it,
 	// so that a test acts inside the delay and then ends it.
 	delay func(time.Duration)

@@ -24,6 +24,7 @@ func (srv *server) newStatusPage() {
 		TopValues:      top,
 		Sensitive:      settings.SplitList(s.UISensitive),
 		NearLimitRatio: s.NearLimit(),
+		Now:            srv.hooks.now,
 	})
 }
 
