@@ -58,7 +58,7 @@ func (cs *State) Policy() *descriptors.Policy {
 func (cs *State) overlayFailed(err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.fail(err, "overlay error, keeping the overlay")
+	cs.fail(err, "overlay error, keeping the overlay and the config in force", "overlay error, no config in force")
 }
 
 // overlayWatch watches a policy overlay's file or directory and applies each

@@ -217,21 +217,21 @@ func (cs *State) deliver(cfg *descriptors.Config, err error) {
 		}
 	}
 	if err != nil {
-		cs.fail(err, "config error")
+		cs.fail(err, "config error, keeping the config in force", "config error, no config in force")
 		return
 	}
 	cs.put(cfg)
 }
 
-// fail records a load that failed: logged, counted and kept for /config;
-// what names the failure in the log ("config error").
-func (cs *State) fail(err error, what string) {
+// fail records a load that failed: logged (as kept, or as none when no
+// config is in force), counted and kept for /config.
+func (cs *State) fail(err error, kept, none string) {
 	cs.reloads.WithLabelValues("error").Inc()
 	cs.lastOK.Set(0)
 	cs.lastErr = cs.lastErr[:0]
-	msg := what + ", keeping the config in force"
+	msg := kept
 	if cs.sink.Config() == nil {
-		msg = what + ", no config in force"
+		msg = none
 	}
 	fields := cs.src.Info().Fields()
 	for _, e := range unjoin(err) {
