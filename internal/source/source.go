@@ -211,6 +211,9 @@ func (cs *State) deliver(cfg *descriptors.Config, err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if err == nil {
+		if cs.policy.Zero() && cs.overlay == nil {
+			cfg = cfg.Lean() // no policy will be applied to it
+		}
 		cs.base = cfg
 		if !cs.policy.Zero() {
 			cfg, err = cs.policy.Rebuild(cfg)

@@ -175,3 +175,12 @@ descriptors:
 		t.Errorf("error %v: want %q", err, want)
 	}
 }
+
+// TestLean: a Config without its sources has the same domains and version.
+func TestLean(t *testing.T) {
+	c := mustParse(t, egConfig)
+	l := c.Lean()
+	if l.Version() != c.Version() || len(l.Domains()) != 1 || l.Domain("default/eg/http") != c.Domain("default/eg/http") {
+		t.Errorf("lean config: version %s (want %s), domains %v", l.Version(), c.Version(), l.Domains())
+	}
+}

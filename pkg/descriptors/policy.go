@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -120,6 +121,21 @@ func (p *Policy) Rebuild(c *Config) (*Config, error) {
 	return out, nil
 }
 
+// Lean returns c without the Documents it was built from, which only
+// Policy.Rebuild reads: for a caller that applies no policy, so that a
+// large config's source tree is not kept in memory beside it. c is
+// unchanged.
+func (c *Config) Lean() *Config {
+	if c == nil || c.sources == nil {
+		return c
+	}
+	l := *c
+	l.sources = nil
+	// Its own version (the same), so that nothing of l refers to c.
+	l.version = sync.OnceValue(l.fingerprint)
+	return &l
+}
+
 // apply sets d's defaults on every limit of doc that sets none.
 func (d Defaults) apply(doc *Document) {
 	walkNodes(doc.Descriptors, func(n *Node) {
@@ -144,17 +160,13 @@ func (d Defaults) apply(doc *Document) {
 
 // joinBy adds setting to the list by ("--algorithm, --sub-windows").
 func joinBy(by, setting string) string {
-	if by == "" || slices.Contains(strings.Split(by, ", "), setting) {
-		return cmpOr(by, setting)
+	switch {
+	case by == "":
+		return setting
+	case slices.Contains(strings.Split(by, ", "), setting):
+		return by
 	}
 	return by + ", " + setting
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 type setKey struct{ key, by string }
