@@ -276,7 +276,7 @@ func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int)
 		}
 	}
 	r.Children = b.descriptors(n.Descriptors, path+".descriptors", r.FullKey+".", r.Lineage, depth+1)
-	if n.RateLimit == nil && n.RateLimits.State == FieldAbsent && len(r.Children) == 0 && n.Classes == nil {
+	if n.RateLimit == nil && n.RateLimits.State == FieldAbsent && len(r.Children) == 0 && n.Classes == nil && r.TenantsFrom == "" {
 		b.warnAt(n.Pos, path, "no rate_limit and no descriptors: a request that matches here is never limited")
 	}
 	if n.Classes != nil {

@@ -48,7 +48,7 @@ func TestVersionSeesEveryField(t *testing.T) {
 	d := cfg.Domain("every")
 	pool := d.Rules[0]
 	instances := map[reflect.Type]reflect.Value{}
-	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1]} {
+	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1], d.Rules[3].Plans[0]} {
 		v := reflect.ValueOf(x).Elem()
 		instances[v.Type()] = v
 	}
