@@ -34,7 +34,9 @@ type RowLimit struct {
 }
 
 // Window is the limit's window: Unit times UnitMultiplier.
-func (l RowLimit) Window() time.Duration { return l.Unit.Duration() * time.Duration(max(l.UnitMultiplier, 1)) }
+func (l RowLimit) Window() time.Duration {
+	return l.Unit.Duration() * time.Duration(max(l.UnitMultiplier, 1))
+}
 
 // rowLimits are the limits a row counts at rule.
 type rowLimits struct {
