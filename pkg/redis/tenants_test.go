@@ -1,0 +1,66 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/sluicehq/sluice/pkg/tenants"
+)
+
+// TestTenantTables: rows written are read back, each change reaches the
+// feed in order (an import as one reset), and a feed trimmed past the
+// cursor says so.
+func TestTenantTables(t *testing.T) {
+	ctx := context.Background()
+	s, c := newTestStore(t, Options{})
+	tt := s.TenantTables()
+	_, cursor, err := tt.Changes(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Set(ctx, "api", map[string]string{"acme": "pro"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Delete(ctx, "api", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][2]string, 1234)
+	for i := range rows {
+		rows[i] = [2]string{fmt.Sprintf("t%d", i), "10/second"}
+	}
+	if err := tt.Import(ctx, "api", rows); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := tt.Row(ctx, "api", "acme"); r != "pro" || !ok || err != nil {
+		t.Errorf("Row(acme) = %q, %v, %v", r, ok, err)
+	}
+	if r, ok, err := tt.Row(ctx, "api", "nobody"); ok || err != nil {
+		t.Errorf("Row(nobody) = %q, %v, %v: want no row", r, ok, err)
+	}
+	n := 0
+	if err := tt.List(ctx, "api", func(_, _ string) bool { n++; return true }); err != nil || n != 1235 {
+		t.Errorf("List: %d rows, %v; want 1235", n, err)
+	}
+	changes, next, err := tt.Changes(ctx, cursor)
+	want := []tenants.Change{{Table: "api", Value: "acme", Row: "pro"}, {Table: "api", Value: "gone"}, {Table: "api", Reset: true}}
+	if err != nil || fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Fatalf("Changes = %v, %v; want %v", changes, err, want)
+	}
+	if err := c.XTrimMaxLen(ctx, tt.feed(), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Set(ctx, "api", map[string]string{"acme": "gold"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tt.Changes(ctx, next); !errors.Is(err, tenants.ErrGap) {
+		t.Errorf("Changes after a trim: %v, want ErrGap", err)
+	}
+	if err := c.Set(ctx, tt.hash("broken"), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tt.Row(ctx, "broken", "acme"); err == nil {
+		t.Error("Row of a table that is not a hash: no error")
+	}
+}
