@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/limiter"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
+	"github.com/sluicehq/sluice/pkg/redis"
 	"github.com/sluicehq/sluice/pkg/rlqs"
 	"github.com/sluicehq/sluice/pkg/rls"
 )
@@ -107,6 +108,10 @@ type server struct {
 	extra    []extraListener // the debug and metrics listeners, when set
 	stopping atomic.Bool
 	storeUp  atomic.Bool // the store answered the last health check's ping
+	// redisTenants are the tenant tables on the Redis store, nil with the
+	// in-memory store; tenants is the tenant cache (tenants.go).
+	redisTenants *redis.TenantTables
+	tenants      tenantPart
 }
 
 // hooks change what the settings select, for tests; the zero hooks change
@@ -385,6 +390,7 @@ func (srv *server) serve(ctx context.Context) error {
 		defer bgWG.Done()
 		srv.config.Run(bg)
 	}()
+	srv.runTenants(bg, &bgWG)
 	srv.startListeners(&wg, errc)
 
 	var err error

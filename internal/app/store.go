@@ -52,6 +52,7 @@ func (srv *server) openStore() error {
 			return fmt.Errorf("redis: %w", err)
 		}
 		srv.store, srv.closer, srv.ping = st, st.Close, st.Ping
+		srv.redisTenants = st.TenantTables()
 		srv.warm = func(ctx context.Context) error {
 			if err := st.Ready(ctx); err != nil {
 				return err
