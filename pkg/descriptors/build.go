@@ -593,8 +593,12 @@ func (r *Rule) LimitNameAmong(domain string, l *Limit, limits []*Limit) string {
 	if l.Name != "" {
 		return l.Name
 	}
-	return strings.TrimPrefix(r.FullKey, domain+".") + limitSuffix(l, limits)
+	return strings.TrimPrefix(r.FullKey, domain+".") + LimitSuffixAmong(l, limits)
 }
+
+// LimitSuffixAmong is LimitSuffix for l, one of limits, the limits a rule
+// counts for a tenant (Rule.TenantLimits) rather than its own.
+func LimitSuffixAmong(l *Limit, limits []*Limit) string { return limitSuffix(l, limits) }
 
 func limitSuffix(l *Limit, limits []*Limit) string {
 	if len(limits) < 2 {
