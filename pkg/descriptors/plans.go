@@ -66,7 +66,7 @@ func (p *decoder) plans(n *yaml.Node, path string, depth int) ([]*PlanNode, bool
 			out = append(out, nil)
 			continue
 		}
-		pn := &PlanNode{Pos: posOf(k), Name: k.Value}
+		pn := &PlanNode{Pos: p.posOf(k), Name: k.Value}
 		if f, ok := m.fields["rate_limit"]; ok {
 			pn.RateLimit = p.rateLimit(f.val, join(ppath, "rate_limit"), depth+1)
 		}
