@@ -31,7 +31,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		c := NewCache(planSource{}, Options{Size: rows})
 		for i := range rows {
-			c.Tenant(context.Background(), "api_tenants", "tenant-"+strconv.Itoa(1_000_000+i)[1:])
+			c.Tenant(context.Background(), "api_tenants", "tenant-"+strconv.Itoa(1_000_000 + i)[1:])
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

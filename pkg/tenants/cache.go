@@ -69,8 +69,8 @@ type Cache struct {
 	seed maphash.Seed
 	sh   [shards]shard
 
-	epoch   atomic.Uint64 // rows cached at another epoch are read again
-	changes atomic.Uint64 // changes applied, to spot a read that raced one
+	epoch                                           atomic.Uint64 // rows cached at another epoch are read again
+	changes                                         atomic.Uint64 // changes applied, to spot a read that raced one
 	lookups, reads, readErrors, badRows, feedErrors atomic.Uint64
 }
 
