@@ -29,6 +29,10 @@ func (srv *server) newServices() error {
 		}
 		observers = append(observers, pm)
 	}
+	tenantLookup, err := srv.newTenants() // tenants.go
+	if err != nil {
+		return err
+	}
 	srv.core = ratelimit.New(ratelimit.Options{
 		Store:       srv.store.store,
 		Logger:      srv.log.Named("ratelimit"),
@@ -40,6 +44,7 @@ func (srv *server) newServices() error {
 		ShadowMode:     s.ShadowMode,
 		Overdraw:       s.Overdraw,
 		CountDenied:    s.CountDenied,
+		Tenants:        tenantLookup,
 	})
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,

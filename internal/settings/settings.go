@@ -107,6 +107,8 @@ type Settings struct {
 	TracingSettings    // tracing.go
 	// RLQS are the rate limit quota service's settings (rlqs.go).
 	RLQS RLQSSettings
+	// Tenants are the tenant tables' settings (tenants.go).
+	Tenants TenantSettings
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
@@ -213,7 +215,7 @@ func (s *Settings) table() []setting {
 // allSettings is table with the xDS source's settings (xds.go) and
 // the quota service's (rlqs.go).
 func (s *Settings) allSettings() []setting {
-	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
+	return append(append(append(s.table(), s.XDS.table()...), s.RLQS.table()...), s.Tenants.table()...)
 }
 
 // durationText is a default duration as the settings table writes it:
@@ -439,6 +441,9 @@ func (s *Settings) validate() error {
 		return err
 	}
 	if err := s.XDS.validate(); err != nil {
+		return err
+	}
+	if err := s.Tenants.validate(); err != nil {
 		return err
 	}
 	if err := s.RLQS.validate(); err != nil {

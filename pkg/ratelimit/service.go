@@ -51,6 +51,9 @@ type Options struct {
 	// that cannot (sliding_log, concurrency) and pools' classes ignore it:
 	// a shed request consumes nothing.
 	CountDenied bool
+	// Tenants gives the rows of tenant tables (tenants_from) to the rules
+	// that name one; nil gives every value its rule's own limits.
+	Tenants Tenants
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -109,6 +112,15 @@ type StoreCall struct {
 // returned: it must be fast and safe for concurrent use.
 type StoreObserver interface {
 	ObserveStore(ctx context.Context, c StoreCall)
+}
+
+// Tenants gives the rows of tenant tables. Implementations must be safe for
+// concurrent use and fast: Tenant runs on the request path.
+type Tenants interface {
+	// Tenant returns value's row of table, nil when the table has none (the
+	// value counts its rule's own limits). It never fails: a table that
+	// cannot be read gives the row last seen, else nil.
+	Tenant(ctx context.Context, table, value string) *descriptors.TenantRow
 }
 
 // scratch is per-call working memory, reused through Service.scratch.
@@ -192,7 +204,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		}
 		return d, nil
 	}
-	if err := resolve(&d, req); err != nil {
+	if err := resolve(ctx, &d, req, s.opts.Tenants); err != nil {
 		return Decision{}, s.failed(req.Domain, err)
 	}
 	if s.opts.ShadowMode {
