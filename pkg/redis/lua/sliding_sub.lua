@@ -28,7 +28,7 @@ local SUBW = { [1] = 'B', [2] = 'H', [4] = 'I4', [8] = 'd' }
 
 -- salt is the last byte of the next string written; SUBZERO is zero bytes
 -- to copy empty slots from (made by run with its bindings); SUBFMT caches
--- pack formats.
+-- pack formats (and, under -n, store's offset in a string of n bytes).
 local salt, SUBZERO, SUBFMT = 0, nil, {}
 
 -- subWidth is W for a largest count c.
@@ -94,18 +94,26 @@ local function subLoad(key, _, N)
   return subParse(redis.call('GET', key), N)
 end
 
--- subHead is a non-empty string's at0, cur and W for the state (at,
--- total) holding it. A plain hit in the string's own sub-window changes
+-- subHead is a non-empty string's at0, cur, W and head's total for the
+-- state (at, total) holding it. A plain hit in the string's own sub-window changes
 -- only its total and cur, in memory and in Redis (store writes the two in
 -- place): the string is not rebuilt, so while at is at0 its head's cur is
 -- what it was when the string was read or built, and the hits since are
 -- what the total gained since (nothing else changes the total at at0).
-local function subHead(v, at, total)
-  local at0, t0, cur, W = sunpack('<dddB', v, #v - 25)
-  if at0 == at then
-    cur = cur + (total - t0)
+-- The last string's head is kept: consume, report and store each read it.
+local subHead
+do -- (in a block: the chunk has at most 200 locals at once)
+  local hv, ha0, ht0, hcur, hW -- the last head read, and its string
+  function subHead(v, at, total)
+    if v ~= hv then -- a string is interned: == compares pointers
+      hv, ha0, ht0, hcur, hW = v, sunpack('<dddB', v, #v - 25)
+    end
+    local at0, t0, cur, W = ha0, ht0, hcur, hW
+    if at0 == at then
+      cur = cur + (total - t0)
+    end
+    return at0, cur, W, t0
   end
-  return at0, cur, W
 end
 
 -- roll moves the state to sub-window j: the total loses the slots that
@@ -307,8 +315,6 @@ local function subReport(at, total, v, w, L, allowed, _, N, C)
   return r, reset
 end
 
--- SUBOFF caches SETRANGE's offset of the head's total by string length.
-local SUBOFF = {}
 
 -- store: the TTL is when the newest sub-window holding hits leaves the
 -- estimate (limiter's subExpires). A string consume kept (subHead) changed
@@ -318,10 +324,10 @@ local function subStore(key, w, N, at, total, v, oat, ototal, ov, exists)
   if v == ov then
     if total ~= ototal and at == oat then
       local n = #v
-      local off = SUBOFF[n]
+      local off = SUBFMT[-n] -- SETRANGE's offset of the head's total
       if not off then
         off = fmt('%d', n - 18)
-        SUBOFF[n] = off
+        SUBFMT[-n] = off
       end
       local _, cur = subHead(v, at, total)
       redis.call('SETRANGE', key, off, spack('<dd', total, cur))
@@ -332,6 +338,12 @@ local function subStore(key, w, N, at, total, v, oat, ototal, ov, exists)
       redis.call('DEL', key)
     end
     return
+  end
+  local at0, cur, W, t0 = subHead(v, at, total)
+  if at0 == at and t0 ~= total then
+    -- Built by one entry of the call, then changed in place by another.
+    salt = (salt + 1) % 256
+    v = spack(subSame(W, N), v, at, total, cur, W, salt)
   end
   redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N, at, total) + N + 1) * (w / N) - now))
 end
