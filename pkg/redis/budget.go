@@ -13,9 +13,8 @@ const AnswerMargin = 2 * time.Millisecond
 
 // budget is the time a decision's Redis calls must end by: its caller's
 // deadline (ctx's) less AnswerMargin, or, when the caller set none,
-// timeout from now (Options.CallTimeout).
-func budget(ctx context.Context, timeout time.Duration) time.Time {
-	now := time.Now()
+// timeout (Options.CallTimeout) from now.
+func budget(ctx context.Context, now time.Time, timeout time.Duration) time.Time {
 	cd, ok := ctx.Deadline()
 	if !ok {
 		return now.Add(timeout)

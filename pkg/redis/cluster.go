@@ -58,7 +58,7 @@ type group struct {
 // a lease's grant). With ask > 0, hits is one hit that asks for ask permits
 // more (lua/run.lua's leases).
 func (d *decider) applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, *entry, error) {
-	dl := budget(ctx, d.timeout)
+	dl := budget(ctx, time.Now(), d.timeout)
 	groups, quotaSplit := d.splitKeys(hits, keys)
 	if ask > 0 {
 		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
@@ -141,7 +141,7 @@ func (d *decider) run(ctx context.Context, dl time.Time, slot int, e *entry) err
 func (d *decider) settle(ctx context.Context, dl time.Time, refund, checks []*group, fresh bool) (denies bool) {
 	rctx := ctx
 	if fresh {
-		rctx, dl = context.WithoutCancel(ctx), budget(ctx, d.settleTimeout)
+		rctx, dl = context.WithoutCancel(ctx), budget(ctx, time.Now(), d.settleTimeout)
 	}
 	over := func() bool { return rctx.Err() != nil || !time.Now().Before(dl) }
 	type sent struct {
