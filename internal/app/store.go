@@ -37,6 +37,7 @@ func (srv *server) openStore() error {
 			WriteTimeout:                set.RedisWrite,
 			CallTimeout:                 set.StoreTimeout,
 			CallsInFlight:               set.RedisInFlight,
+			MaxCallsInFlight:            set.RedisMaxFlight,
 			LeaseRate:                   float64(set.RedisLeaseRate),
 			LeaseSpan:                   set.RedisLeaseSpan,
 			Prefix:                      set.RedisPrefix,

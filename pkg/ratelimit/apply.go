@@ -20,8 +20,9 @@ func (e errCaller) Error() string { return e.err.Error() }
 func (e errCaller) Unwrap() error { return e.err }
 
 // apply is the third stage of Decide: one Store call for every hit of the
-// request. The store bounds its own calls (pkg/redis: CallTimeout, 15 ms by
-// default); the caller's deadline, when shorter, rides on ctx. It returns
+// request. The caller's deadline rides on ctx: the store takes its budget
+// from it, less a margin to answer (pkg/redis: AnswerMargin), and bounds a
+// call that has none itself (pkg/redis: CallTimeout, 1 s by default). It returns
 // one Result per hit, or an errCaller when ctx ended first, or the store's
 // error.
 func (s *Service) apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
