@@ -109,17 +109,20 @@ func TestCallerDeadlineIsTheBudget(t *testing.T) {
 	wantRemaining(t, s, context.Background(), "no deadline, Redis answering in 50 ms", []limiter.Hit{perMinute("none", 10)}, 9)
 }
 
-// TestBudget: the budget is the caller's deadline less AnswerMargin (less
-// a fifth of the time left when that is shorter, nothing when it has
-// passed), or CallTimeout from now when the caller set none.
+// TestBudget: the budget is the caller's deadline less a tenth of the time
+// left, at least AnswerMargin and at most maxAnswerMargin (nothing when
+// less than minMargined is left), or CallTimeout from now when the caller
+// set none.
 func TestBudget(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
 		left, want time.Duration // deadline and budget, from now
 	}{
 		{20 * time.Millisecond, 18 * time.Millisecond},
-		{time.Second, time.Second - AnswerMargin},
-		{5 * time.Millisecond, 4 * time.Millisecond},
+		{5 * time.Millisecond, 3 * time.Millisecond},
+		{40 * time.Millisecond, 36 * time.Millisecond},
+		{time.Second, time.Second - 5*time.Millisecond},
+		{4 * time.Millisecond, 4 * time.Millisecond},
 		{-time.Millisecond, -time.Millisecond},
 	} {
 		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))
