@@ -178,7 +178,7 @@ func (s *Settings) table() []setting {
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
 		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},
-		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline, less a tenth (2ms to 5ms) to answer, is the budget otherwise, whether longer or shorter); long enough to decide on a loaded host, as the peer waits for Redis (a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
+		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 5ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis (a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
 		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
 		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
 		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", strconv.Itoa(limiter.DefaultMaxCounters), &s.MaxCounters},

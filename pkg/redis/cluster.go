@@ -132,9 +132,9 @@ func (d *decider) run(ctx context.Context, dl time.Time, slot int, e *entry) err
 // groups in checks without consuming (kind check, for their Results), and
 // reports whether one of checks denies. It runs under a fresh budget when
 // fresh (a denial: the Results are the answer, and the refunds should land
-// before it): the caller's deadline less AnswerMargin, or, when the caller
-// set none, settleTimeout from now; else until dl if time is left (a failure: the answer is
-// the failure mode's, now). A refund that is not answered, or that goes to
+// before it): the caller's deadline, or, when the caller set none,
+// settleTimeout from now; else until dl if time is left (a failure: the
+// answer is the failure mode's, now). A refund that is not answered, or that goes to
 // a stalled node, is left to the refunder, which retries it until answered;
 // a group that is not read keeps no reply, so its Results say nothing (see
 // fillAll).

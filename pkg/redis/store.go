@@ -17,8 +17,9 @@ import (
 // long enough to decide on a loaded host (the peer, envoyproxy/ratelimit,
 // waits for Redis), short enough that a hung Redis is answered by the
 // failure mode within a second. A caller with a deadline (Envoy sends its
-// filter timeout, 20 ms by default) gets that deadline less AnswerMargin
-// instead. A Redis reply also ends at the client's read timeout.
+// filter timeout, 20 ms by default) gets that deadline instead (which
+// pkg/ratelimit shortens by a margin to answer when a failure mode
+// answers). A Redis reply also ends at the client's read timeout.
 const DefaultCallTimeout = time.Second
 
 // Client is the part of a go-redis client the Store uses. *goredis.Client,
@@ -54,8 +55,8 @@ type Options struct {
 	// the Cluster hash tag.
 	Prefix string
 	// CallTimeout bounds each Apply, all its Redis round trips included,
-	// when its context has no deadline; a context's deadline, less
-	// AnswerMargin, bounds it otherwise, whether longer or shorter. Default
+	// when its context has no deadline; the context's deadline bounds it
+	// otherwise, whether longer or shorter. Default
 	// DefaultCallTimeout (1 s).
 	CallTimeout time.Duration
 	// CallsInFlight is the most script calls the Store keeps in flight to
@@ -268,8 +269,9 @@ func (s *Store) Close() error {
 // one slot is decided by that slot's script, atomically.
 //
 // Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
-// or the budget (ctx's deadline less AnswerMargin, else CallTimeout) passes,
-// or when the call is shed (see Store), and a plain error naming the hit when a hit does not Validate.
+// or the budget (ctx's deadline, else CallTimeout) passes, or when the call
+// is shed (see Store), and a plain error naming the hit when a hit does not
+// Validate.
 // After an error no Result is returned.
 func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
 	if len(hits) == 0 {
