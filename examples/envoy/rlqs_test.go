@@ -59,8 +59,10 @@ func TestEnvoyRLQSYAML(t *testing.T) {
 			[]string{"{api_key=alice} per_api_key", "{api_key=alice, route=search} search_per_api_key"}},
 		{"not the search route", "/v1/searches", map[string]string{"x-api-key": "alice"}, []string{"{api_key=alice} per_api_key", ""}},
 		{"anonymous search", "/v1/search", nil, []string{"{" + ca + "} per_client_address", ""}},
-		{"internal search", "/v1/search", map[string]string{"x-internal-key": "billing"},
-			[]string{"{api_key_internal=billing} unlimited", ""}},
+		// This listener faces clients only: an x-internal-key is no
+		// bypass, the request is limited by its address.
+		{"client-sent internal key", "/v1/search", map[string]string{"x-internal-key": "billing"},
+			[]string{"{" + ca + "} per_client_address", ""}},
 		{"both keys", "/v1/items", map[string]string{"x-api-key": "alice", "x-internal-key": "billing"},
 			[]string{"{api_key=alice} per_api_key", ""}},
 		{"keyed report", "/v1/reports/q3.csv", map[string]string{"x-api-key": "bob"},

@@ -73,7 +73,6 @@ func TestIstioDescriptorShapes(t *testing.T) {
 	want := []string{
 		"edge [api_key=<x-api-key>]",
 		"edge [api_key=<x-api-key>, route=search]",
-		"edge [api_key_internal=<x-internal-key>]",
 		"edge [generic_key=beta_upload]",
 		"edge [path=<:path>]",
 		"edge [remote_address=<client address>]",
@@ -112,10 +111,12 @@ func TestIstioRequests(t *testing.T) {
 		{"not the search route", "/v1/searches", map[string]string{"x-api-key": "alice"},
 			[]string{"[api_key=alice]"}},
 		{"anonymous search", "/v1/search", nil, []string{"[" + ca + "]"}},
-		{"internal search", "/v1/search", map[string]string{"x-internal-key": "billing"},
-			[]string{"[api_key_internal=billing]"}},
+		// The gateway faces clients: a client's x-internal-key is no
+		// bypass, the request is limited as any other.
+		{"client-sent internal key", "/v1/search", map[string]string{"x-internal-key": "billing"},
+			[]string{"[" + ca + "]"}},
 		{"both keys", "/v1/items", map[string]string{"x-api-key": "alice", "x-internal-key": "billing"},
-			[]string{"[api_key=alice]", "[api_key_internal=billing]"}},
+			[]string{"[api_key=alice]"}},
 		{"keyed report", "/v1/reports/q3.csv", map[string]string{"x-api-key": "bob"},
 			[]string{"[api_key=bob]", "[path=/v1/reports/q3.csv]"}},
 		{"anonymous report", "/v1/reports/q3.csv", nil,
@@ -175,7 +176,7 @@ func TestIstioRejects(t *testing.T) {
 		{"other gateway pods", "envoyfilter.yaml", "      istio: ingressgateway", "      istio: egressgateway", "workloadSelector"},
 		// Descriptors with no rule in the ConfigMap's config.
 		{"domain not in config", "envoyfilter.yaml", "domain: edge", "domain: edge-v2", `domain "edge-v2": [api_key=alice] matches no rule`},
-		{"descriptor key not in config", "envoyfilter.yaml", "descriptor_key: api_key_internal", "descriptor_key: internal_key", "[internal_key=billing] matches no rule"},
+		{"descriptor key not in config", "envoyfilter.yaml", "descriptor_key: api_key }", "descriptor_key: apikey }", "[apikey=alice] matches no rule"},
 		{"descriptor value not in config", "envoyfilter.yaml", "descriptor_value: search", "descriptor_value: searching", "[api_key=alice, route=searching] matches no rule"},
 		{"rule without a limit counts as unmatched", "edge.yaml", "    rate_limit:\n      name: per_client_address\n      unit: minute\n      requests_per_unit: 20\n", "",
 			"[remote_address=" + clientAddress + "] matches rule"},

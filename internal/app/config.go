@@ -100,7 +100,7 @@ func describeConfig(cfg *descriptors.Config) []object {
 	var out []object
 	for _, d := range cfg.Domains() {
 		v := renderer{domain: d.Name}
-		out = append(out, v.object(d.Show(), member{"file", d.File}))
+		out = append(out, v.object(d.Show(), append([]member{{"file", d.File}}, changes(d.Changes)...)...))
 	}
 	return out
 }
@@ -160,7 +160,20 @@ func (v renderer) rule(r *descriptors.Rule) object {
 	if r.Limit != nil && r.Limit.Name != "" {
 		name = r.Limit.Name
 	}
-	return v.object(r.Show(), member{"rule", name}, member{"line", r.Line})
+	return v.object(r.Show(), append([]member{{"rule", name}, {"line", r.Line}}, changes(r.Changes)...)...)
+}
+
+// changes renders what a policy set on a domain or rule: each overlay
+// entry (file:line) or setting, and the keys it set; none when nothing.
+func changes(cs []descriptors.Change) []member {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]object, len(cs))
+	for i, c := range cs {
+		out[i] = object{{"by", c.By}, {"set", c.Keys}}
+	}
+	return []member{{"changed_by", out}}
 }
 
 // object is a JSON object whose members keep their order.

@@ -100,10 +100,12 @@ func cli(ctx context.Context, args, environ []string, getenv func(string) string
 // checkUsage is the help of the check subcommand.
 const checkUsage = `usage: sluice check PATH...
        sluice check --config-tree [--config-dotfiles] DIR...
+       sluice check --overlay OVERLAY PATH...
 
 Loads the descriptor configs at each PATH (a YAML file, or a directory of
 *.yaml and *.yml files; with --config-tree every file below the directory,
-as the server's --config-tree loads it) as the server would, prints every
+as the server's --config-tree loads it) as the server would, with the
+policy overlay OVERLAY (a file or directory) applied if given, prints every
 error as file:line:col: path: message and every warning, and exits 1 if
 there was an error, 0 if not (2 on bad usage). It needs no Redis and binds
 no port.
@@ -115,6 +117,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	tree := fs.Bool("config-tree", false, "")
+	overlay := fs.String("overlay", "", "")
 	dotfiles := fs.Bool("config-dotfiles", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,6 +137,9 @@ func check(args []string, stdout, stderr io.Writer) int {
 		sel = descriptors.Selection{Recursive: true, Dotfiles: *dotfiles}
 	}
 	cfg, err := sel.Load(paths...)
+	if err == nil && *overlay != "" {
+		cfg, err = checkOverlay(cfg, *overlay)
+	}
 	if err != nil {
 		for _, e := range unjoin(err) {
 			fmt.Fprintf(stderr, "%v\n", e)
@@ -145,6 +151,15 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "ok: %s in %s\n", plural(len(cfg.Domains()), "domain"), plural(len(cfg.Files), "file"))
 	return 0
+}
+
+// checkOverlay applies the overlay at path to cfg, as the server would.
+func checkOverlay(cfg *descriptors.Config, path string) (*descriptors.Config, error) {
+	ov, err := descriptors.YAMLFiles.LoadOverlay(path)
+	if err != nil {
+		return nil, err
+	}
+	return (&descriptors.Policy{Overlay: ov}).Rebuild(cfg)
 }
 
 func plural(n int, word string) string {
@@ -179,6 +194,7 @@ func logSettings(log *zap.Logger, s *settings.Settings, environ []string) {
 		log.Info("settings changed from the default", zap.Strings("settings", r.Changed))
 	}
 	log.Info("counting in force", zap.String("counting", r.Counting))
+	log.Info("defaults of the rules that set none", zap.String("defaults", s.DefaultsInForce()), zap.String("overlay", s.Overlay))
 	if w := settings.UnknownEnv(environ); len(w) > 0 {
 		log.Warn("unknown SLUICE_* variables", zap.Strings("variables", w))
 	}

@@ -257,7 +257,12 @@ func (srv *server) newConfig() error {
 	if err != nil {
 		return err
 	}
-	srv.config = source.NewState(srv.reg, srv.core, src, log)
+	srv.config = source.NewPolicyState(srv.reg, srv.core, src, &descriptors.Policy{Defaults: s.Defaults()}, log)
+	if s.Overlay != "" {
+		if err := srv.config.WatchOverlay(s.Overlay, s.Defaults(), s.ReloadDebounce); err != nil {
+			return fmt.Errorf("--overlay: %w", err)
+		}
+	}
 	srv.page = newConfigPage(srv.config, s)
 	srv.config.Load()
 	return nil

@@ -83,15 +83,23 @@ type Settings struct {
 	RawBody         bool
 	DynamicMetadata bool
 	FailureMode     string
-	StoreTimeout    time.Duration
-	ShutdownDelay   time.Duration
-	ShutdownTimeout time.Duration
-	MaxCounters     int
-	MaxDescriptors  int
-	MaxEntries      int
-	MaxKeyBytes     int
-	Version         bool
-	ReadyNeedsStore bool
+	// Algorithm, SubWindows and TokenBucketBurst are --algorithm,
+	// --sub-windows and --token-bucket-burst: the defaults of the limits
+	// that set none (Defaults); Overlay is --overlay, the policy overlay's
+	// file or directory ("" for none).
+	Algorithm        string
+	SubWindows       int
+	TokenBucketBurst string
+	Overlay          string
+	StoreTimeout     time.Duration
+	ShutdownDelay    time.Duration
+	ShutdownTimeout  time.Duration
+	MaxCounters      int
+	MaxDescriptors   int
+	MaxEntries       int
+	MaxKeyBytes      int
+	Version          bool
+	ReadyNeedsStore  bool
 	// StartWithoutConfig and XDS are the config source's settings
 	// (xds.go).
 	StartWithoutConfig bool
@@ -178,6 +186,10 @@ func (s *Settings) table() []setting {
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
 		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},
+		{"algorithm", "algorithm of every limit whose rate_limit sets none (configs over xDS cannot): " + rateAlgorithms() + " (fixed_window counts envoyproxy/ratelimit's epoch-aligned windows)", limiter.Algorithm(0).String(), &s.Algorithm},
+		{"sub-windows", fmt.Sprintf("sub_windows of every sliding_window limit that sets none, 1 to %d (each dividing its window into whole milliseconds)", limiter.MaxSubWindows), strconv.Itoa(limiter.DefaultSubWindows), &s.SubWindows},
+		{"token-bucket-burst", "burst of every token_bucket limit that sets none, as a share of its requests_per_unit (rounded up): 100% holds one window's worth, 200% two", "100%", &s.TokenBucketBurst},
+		{"overlay", "policy overlay: a YAML file or directory (watched) in the config format, selecting rules of the config in force by domain and descriptor patterns and setting what a RateLimitConfig cannot carry (algorithm, rate_limits, classes, failure_mode, ...)", "", &s.Overlay},
 		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 5ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis (a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
 		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
 		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
@@ -418,7 +430,7 @@ func editDistance(a, b string) int {
 
 func (s *Settings) validate() error {
 	// Words are case-insensitive, as envoyproxy/ratelimit's are.
-	for _, p := range []*string{&s.LogLevel, &s.LogFormat, &s.FailureMode, &s.Healthcheck, &s.GRPCClientAuth, &s.ResponseHeaders, &s.JSON} {
+	for _, p := range []*string{&s.LogLevel, &s.LogFormat, &s.FailureMode, &s.Algorithm, &s.TokenBucketBurst, &s.Healthcheck, &s.GRPCClientAuth, &s.ResponseHeaders, &s.JSON} {
 		*p = strings.ToLower(strings.TrimSpace(*p))
 	}
 	var err error
@@ -446,6 +458,9 @@ func (s *Settings) validate() error {
 	}
 	if _, ok := descriptors.ParseFailureMode(s.FailureMode); !ok {
 		return fmt.Errorf("--failure-mode: unknown mode %q (want error, allow or deny)", s.FailureMode)
+	}
+	if err := s.validateDefaults(); err != nil {
+		return err
 	}
 	if r, err := strconv.ParseFloat(s.NearLimitRatio, 64); err != nil || r <= 0 || r > 1 {
 		return fmt.Errorf("--near-limit-ratio: %q is not a number in (0, 1]", s.NearLimitRatio)

@@ -34,6 +34,9 @@ type fileSource struct {
 	debounce time.Duration
 	sel      descriptors.Selection
 	log      *zap.Logger
+	// build builds what a load read: (*FileSet).Build for a config; an
+	// overlay's puts it into force itself.
+	build func(*descriptors.FileSet) (*descriptors.Config, error)
 
 	mu    sync.Mutex // serializes loads: the first (Load's), then Run's
 	fp    [sha256.Size]byte
@@ -46,7 +49,7 @@ var _ Source = (*fileSource)(nil)
 // directory chosen by sel, reloaded debounce after a change (see
 // MaxWaitFactor).
 func newFileSource(path string, sel descriptors.Selection, debounce time.Duration, log *zap.Logger) *fileSource {
-	return &fileSource{path: path, debounce: debounce, sel: sel, log: log}
+	return &fileSource{path: path, debounce: debounce, sel: sel, log: log, build: (*descriptors.FileSet).Build}
 }
 
 // Info describes the source: its kind and --config.
@@ -79,7 +82,7 @@ func (f *fileSource) load(deliver Deliver) bool {
 		fp := fingerprint(set)
 		if changed = !f.fpSet || fp != f.fp; changed {
 			f.fp, f.fpSet = fp, true
-			cfg, err = set.Build()
+			cfg, err = f.build(set)
 		}
 	})
 	// Delivered after lean's collection, not during it: Run watches a

@@ -107,15 +107,29 @@ type State struct {
 	lastOK  prometheus.Gauge
 
 	cfg *descriptors.Config // in force, for /config's rules
+	// policy is applied to every config the source builds (the process
+	// defaults and the overlay in force); base is the last config the
+	// source built, before it, which a new overlay is applied to.
+	policy *descriptors.Policy
+	base   *descriptors.Config
+	// overlay watches --overlay, nil without one; Run runs it.
+	overlay *overlayWatch
 }
 
 // NewState registers the config metrics on reg and returns the state that
 // feeds sink from src.
 func NewState(reg prometheus.Registerer, sink Sink, src Source, log *zap.Logger) *State {
+	return NewPolicyState(reg, sink, src, nil, log)
+}
+
+// NewPolicyState is NewState with p, the policy applied to every config
+// the source builds (nil for none), until SetPolicy changes it.
+func NewPolicyState(reg prometheus.Registerer, sink Sink, src Source, p *descriptors.Policy, log *zap.Logger) *State {
 	cs := &State{
-		sink: sink,
-		src:  src,
-		log:  log,
+		policy: p,
+		sink:   sink,
+		src:    src,
+		log:    log,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_loads_total",
 			Help: "Config loads (the first one and every reload), by result (ok, error)."}, []string{"result"}),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_last_load_success",
@@ -133,6 +147,13 @@ func (cs *State) Load() {
 // Run runs the source until ctx ends, delivering to cs. A source that
 // cannot run is logged: the config in force stays, without reloads.
 func (cs *State) Run(ctx context.Context) {
+	if o := cs.overlay; o != nil {
+		go func() {
+			if err := o.Run(ctx); err != nil {
+				cs.log.Error("cannot watch the overlay, its hot reload is off", zap.Error(err))
+			}
+		}()
+	}
 	if err := cs.src.Run(ctx, cs.deliver); err != nil {
 		cs.log.Error("cannot watch config, hot reload is off", append(cs.src.Info().Fields(), zap.Error(err))...)
 	}
@@ -182,27 +203,49 @@ func (cs *State) Status() Status {
 	return st
 }
 
-// deliver takes one outcome of a load. A config that built goes into force;
-// an error keeps the config in force, and is logged and kept for /config.
+// deliver takes one outcome of a load. A config that built goes into force
+// with the policy applied; an error (the source's, or the policy's on the
+// new config) keeps the config in force, and is logged and kept for
+// /config.
 func (cs *State) deliver(cfg *descriptors.Config, err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	if err == nil {
+		if cs.policy.Zero() && cs.overlay == nil {
+			cfg = cfg.Lean() // no policy will be applied to it
+		}
+		cs.base = cfg
+		if !cs.policy.Zero() {
+			cfg, err = cs.policy.Rebuild(cfg)
+		}
+	}
 	if err != nil {
-		cs.reloads.WithLabelValues("error").Inc()
-		cs.lastOK.Set(0)
-		cs.lastErr = cs.lastErr[:0]
-		msg := "config error, keeping the config in force"
-		if cs.sink.Config() == nil {
-			msg = "config error, no config in force"
-		}
-		fields := cs.src.Info().Fields()
-		for _, e := range unjoin(err) {
-			cs.lastErr = append(cs.lastErr, e.Error())
-			cs.log.Error(msg, append(fields, zap.Error(e))...)
-		}
-		cs.errAt = time.Now()
+		cs.fail(err, "config error, keeping the config in force", "config error, no config in force")
 		return
 	}
+	cs.put(cfg)
+}
+
+// fail records a load that failed: logged (as kept, or as none when no
+// config is in force), counted and kept for /config.
+func (cs *State) fail(err error, kept, none string) {
+	cs.reloads.WithLabelValues("error").Inc()
+	cs.lastOK.Set(0)
+	cs.lastErr = cs.lastErr[:0]
+	msg := kept
+	if cs.sink.Config() == nil {
+		msg = none
+	}
+	fields := cs.src.Info().Fields()
+	for _, e := range unjoin(err) {
+		cs.lastErr = append(cs.lastErr, e.Error())
+		cs.log.Error(msg, append(fields, zap.Error(e))...)
+	}
+	cs.errAt = time.Now()
+}
+
+// put puts cfg, which built, into force.
+func (cs *State) put(cfg *descriptors.Config) {
 	for _, w := range cfg.Warnings {
 		cs.log.Warn("config warning", zap.Error(w))
 	}

@@ -60,7 +60,7 @@ func Build(docs ...*Document) (*Config, error) {
 // build builds docs, adding errs (problems the sources found) to the
 // builder's own.
 func build(docs []*Document, errs []*Error) (*Config, error) {
-	c := &Config{domains: make(map[string]*Domain)}
+	c := &Config{domains: make(map[string]*Domain), sources: docs}
 	reported := make(map[string]bool) // files with problems from their source
 	for _, e := range errs {
 		reported[e.File] = true
@@ -128,7 +128,7 @@ func state[T any](b *builder, f Field[T], path string) FieldState {
 // undecoded records that the source could not decode what is at path.
 func (b *builder) undecoded(pos Pos, path string) {
 	if len(b.undecodable) < maxErrors {
-		b.undecodable = append(b.undecodable, &Error{File: b.file, Line: pos.Line, Column: pos.Column, Path: path,
+		b.undecodable = append(b.undecodable, &Error{File: b.fileOf(pos), Line: pos.Line, Column: pos.Column, Path: path,
 			Msg: "a value its source could not decode"})
 	}
 }
@@ -142,7 +142,7 @@ type replaceRef struct {
 // document builds the Domain of doc. The Domain is partial when b has
 // errors; its Name is "" when the domain is missing or empty.
 func (b *builder) document(doc *Document) *Domain {
-	d := &Domain{File: doc.File}
+	d := &Domain{File: doc.File, Changes: doc.Changes}
 	switch f := doc.Domain; state(b, f, "domain") {
 	case FieldAbsent:
 		b.errorAt(doc.Pos, "domain", "missing domain")
@@ -231,7 +231,7 @@ func firstPos(nodes []*Node) Pos {
 
 // rule builds the Rule of node n at path.
 func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int) *Rule {
-	r := &Rule{File: b.file, Line: n.Pos.Line, Column: n.Pos.Column}
+	r := &Rule{File: b.file, Line: n.Pos.Line, Column: n.Pos.Column, Changes: n.Changes}
 	switch f := n.Key; state(b, f, path+".key") {
 	case FieldAbsent:
 		b.errorAt(n.Pos, path+".key", "missing key")
@@ -664,11 +664,20 @@ func (r *report) errorAt(pos Pos, path, format string, args ...any) {
 			Msg: fmt.Sprintf("too many errors (more than %d); stopping", maxErrors)})
 		return
 	}
-	r.errs = append(r.errs, &Error{File: r.file, Line: pos.Line, Column: pos.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+	r.errs = append(r.errs, &Error{File: r.fileOf(pos), Line: pos.Line, Column: pos.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// fileOf is the source a position is in: its own File, else the
+// document's.
+func (r *report) fileOf(pos Pos) string {
+	if pos.File != "" {
+		return pos.File
+	}
+	return r.file
 }
 
 func (r *report) warnAt(pos Pos, path, format string, args ...any) {
-	r.warns = append(r.warns, &Error{File: r.file, Line: pos.Line, Column: pos.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
+	r.warns = append(r.warns, &Error{File: r.fileOf(pos), Line: pos.Line, Column: pos.Column, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // sortErrors sorts errs by file, line, column, path and message and drops

@@ -18,6 +18,7 @@ type Config struct {
 	Warnings []error
 
 	domains map[string]*Domain
+	sources []*Document   // as given to Build, before any Policy
 	sorted  []*Domain     // by Name
 	version func() string // Version, computed once
 }
@@ -33,6 +34,9 @@ type Domain struct {
 	FailureMode FailureMode
 	// Rules are the top-level descriptors, in config order.
 	Rules []*Rule
+	// Changes are what a Policy (an overlay entry, a process default)
+	// set on the domain, in the order applied; nil when none.
+	Changes []Change
 
 	pos   Pos   // of the domain value, for the duplicate-domain error
 	index index // of Rules, for Match
@@ -77,6 +81,9 @@ type Rule struct {
 	// File, Line and Column locate the node in its config file (1-based).
 	File         string
 	Line, Column int
+	// Changes are what a Policy (an overlay entry, a process default) set
+	// on the rule, in the order applied; nil when none.
+	Changes []Change
 
 	// Pool is the rule's classes (a Sluice addition) when its Limit is a
 	// pool that several classes of request share, nil otherwise. A

@@ -41,6 +41,9 @@ const (
 // format itself are Build's.
 type decoder struct {
 	report
+	// stamp is the file every position names (Pos.File), "" for a config
+	// file's own positions.
+	stamp string
 	nodes int // mappings visited, against maxNodes
 	// misspelled holds, per mapping, the keys that an unknown key in it
 	// was taken for, so that a misspelled key is not also reported missing.
@@ -65,13 +68,15 @@ type yamlMap struct {
 	fields map[string]field
 }
 
-// posOf is the position of n (yaml.v3 gives no line for a few nodes; 1 then).
-func posOf(n *yaml.Node) Pos {
-	return Pos{Line: max(n.Line, 1), Column: max(n.Column, 1)}
+// posOf is the position of n (yaml.v3 gives no line for a few nodes; 1 then),
+// naming the file when the decoder stamps positions (an overlay's, whose
+// fields are built into another source's Documents).
+func (p *decoder) posOf(n *yaml.Node) Pos {
+	return Pos{Line: max(n.Line, 1), Column: max(n.Column, 1), File: p.stamp}
 }
 
 func (p *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
-	p.errorAt(posOf(n), path, format, args...)
+	p.errorAt(p.posOf(n), path, format, args...)
 }
 
 // get returns key of m as a Field, its value decoded by decode. A key that
@@ -86,7 +91,7 @@ func get[T any](p *decoder, m yamlMap, key, path string, decode func(f field, pa
 		}
 		return Field[T]{}
 	}
-	out := Field[T]{State: FieldInvalid, KeyPos: posOf(f.key), Pos: posOf(f.val)}
+	out := Field[T]{State: FieldInvalid, KeyPos: p.posOf(f.key), Pos: p.posOf(f.val)}
 	if v, ok := decode(f, join(path, key)); ok {
 		out.Value, out.State = v, FieldSet
 	}
@@ -204,7 +209,7 @@ func (p *decoder) decodeFile(data []byte) *Document {
 	if !ok {
 		return nil
 	}
-	d := &Document{File: p.file, Pos: posOf(m.node)}
+	d := &Document{File: p.file, Pos: p.posOf(m.node)}
 	decodeKeys(p, m, "", 0, d, func(k KeySpec) source[*Document] { return k.doc })
 	return d
 }
@@ -246,7 +251,7 @@ func (p *decoder) node(n *yaml.Node, path string, depth int) *Node {
 	if !ok {
 		return nil
 	}
-	nd := &Node{Pos: posOf(n)}
+	nd := &Node{Pos: p.posOf(n)}
 	decodeKeys(p, m, path, depth, nd, func(k KeySpec) source[*Node] { return k.node })
 	return nd
 }
@@ -263,7 +268,7 @@ func (p *decoder) classes(f field, path string, depth int) *ClassesNode {
 		return nil
 	}
 	return &ClassesNode{
-		Pos: posOf(f.key),
+		Pos: p.posOf(f.key),
 		Key: get(p, m, "key", path, p.str),
 		Ceilings: get(p, m, "ceilings", path, func(f field, path string) ([]*CeilingNode, bool) {
 			return p.ceilings(f.val, path, depth)
@@ -287,7 +292,7 @@ func (p *decoder) ceilings(n *yaml.Node, path string, depth int) ([]*CeilingNode
 		if !ok {
 			continue
 		}
-		items[i] = &CeilingNode{Pos: posOf(m.node), Value: get(p, m, "value", ipath, p.str),
+		items[i] = &CeilingNode{Pos: p.posOf(m.node), Value: get(p, m, "value", ipath, p.str),
 			Ceiling: get(p, m, "ceiling", ipath, p.str)}
 	}
 	return items, true
@@ -304,7 +309,7 @@ func (p *decoder) rateLimit(n *yaml.Node, path string, depth int) *RateLimitNode
 	if !ok {
 		return nil
 	}
-	rl := &RateLimitNode{Pos: posOf(n)}
+	rl := &RateLimitNode{Pos: p.posOf(n)}
 	decodeKeys(p, m, path, depth, rl, func(k KeySpec) source[*RateLimitNode] { return k.rl })
 	return rl
 }
@@ -349,7 +354,7 @@ func (p *decoder) replaces(n *yaml.Node, path string, depth int) ([]*ReplaceNode
 		if !ok {
 			continue
 		}
-		items[i] = &ReplaceNode{Pos: posOf(m.node), Name: get(p, m, "name", ipath, p.str)}
+		items[i] = &ReplaceNode{Pos: p.posOf(m.node), Name: get(p, m, "name", ipath, p.str)}
 	}
 	return items, true
 }

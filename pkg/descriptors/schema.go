@@ -109,6 +109,10 @@ type source[N any] struct {
 	decode func(p *decoder, m yamlMap, key, path string, depth int, n N)
 	// given says whether n gives the key, and where.
 	given func(n N) keyState
+	// copy sets the key of dst to src's, for a policy overlay; nil for the
+	// keys an overlay selects by or walks (domain, key, value,
+	// descriptors, rate_limit).
+	copy func(dst, src N)
 }
 
 // keyState is whether a source tree gives a key, and where its key and
@@ -161,14 +165,16 @@ func scalar[N, T any](at func(N) *Field[T], dec func(p *decoder, depth int) func
 			f := at(n)
 			return keyState{f.State, f.KeyPos, f.Pos}
 		},
+		copy: func(dst, src N) { *at(dst) = *at(src) },
 	}
 }
 
 // nested is the source side of a key whose value is decoded by decode, a
 // mapping or a list of the source tree's own; given says whether a tree has
-// it.
-func nested[N any](decode func(p *decoder, f field, path string, depth int, n N), given func(N) bool) source[N] {
+// it; copy (nil for none) sets dst's value to src's, for an overlay.
+func nested[N any](decode func(p *decoder, f field, path string, depth int, n N), given func(N) bool, copy func(dst, src N)) source[N] {
 	return source[N]{
+		copy: copy,
 		decode: func(p *decoder, m yamlMap, key, path string, depth int, n N) {
 			if f, ok := m.fields[key]; ok {
 				decode(p, f, join(path, key), depth, n)
@@ -258,7 +264,7 @@ func domainKeys() []KeySpec {
 			Doc: "the top-level descriptors, matched in this order",
 			doc: nested(func(p *decoder, f field, path string, depth int, d *Document) {
 				d.Descriptors = p.descriptors(f.val, path, depth+1)
-			}, func(d *Document) bool { return d.Descriptors != nil }),
+			}, func(d *Document) bool { return d.Descriptors != nil }, nil),
 			domain: built[*Domain]{show: func(d *Domain) any { return d.Rules }}},
 		{Level: LevelDomain, Name: "failure_mode", Addition: true,
 			Doc: "what the domain answers when the store fails: `error` (gRPC UNAVAILABLE, for Envoy's failure_mode_deny to decide), " +
@@ -285,7 +291,7 @@ func nodeKeys() []KeySpec {
 			Doc: "the limit of a request whose last entry matches here (keys below); none: never limited",
 			node: nested(func(p *decoder, f field, path string, depth int, n *Node) {
 				n.RateLimit = p.rateLimit(f.val, path, depth)
-			}, func(n *Node) bool { return n.RateLimit != nil }),
+			}, func(n *Node) bool { return n.RateLimit != nil }, nil),
 			rule: built[*Rule]{show: func(r *Rule) any { return shownIf(r.Limit, r.Limit != nil) }}},
 		{Level: LevelDescriptor, Name: "rate_limits", Addition: true,
 			Doc: "instead of `rate_limit`, several limits, each a `rate_limit` counted on its own; a request is admitted " +
@@ -299,7 +305,7 @@ func nodeKeys() []KeySpec {
 			Doc: "the nested descriptors, for the request's next entry",
 			node: nested(func(p *decoder, f field, path string, depth int, n *Node) {
 				n.Descriptors = p.descriptors(f.val, path, depth+1)
-			}, func(n *Node) bool { return n.Descriptors != nil }),
+			}, func(n *Node) bool { return n.Descriptors != nil }, nil),
 			rule: built[*Rule]{show: func(r *Rule) any { return shownIf(r.Children, len(r.Children) > 0) }}},
 		ruleFlag(KeySpec{Name: "shadow_mode", XDS: "shadow_mode",
 			Doc: "count and measure as usual, but answer OK"},
@@ -320,7 +326,7 @@ func nodeKeys() []KeySpec {
 			Doc: "a mapping returned to Envoy as dynamic metadata when the rule matches (`--dynamic-metadata`)",
 			node: nested(func(p *decoder, f field, path string, _ int, n *Node) {
 				n.Metadata = p.metadata(f.val, path)
-			}, func(n *Node) bool { return n.Metadata != nil }),
+			}, func(n *Node) bool { return n.Metadata != nil }, func(dst, src *Node) { dst.Metadata = src.Metadata }),
 			buildRule: func(_ *builder, n *Node, r *Rule, _ string) { r.Metadata = n.Metadata },
 			rule:      built[*Rule]{show: func(r *Rule) any { return shownIf(r.Metadata, len(r.Metadata) > 0) }}},
 		{Level: LevelDescriptor, Name: "classes", Addition: true,
@@ -328,7 +334,7 @@ func nodeKeys() []KeySpec {
 				"`ceilings`, a list of `{value, ceiling}`, each class admitted while the pool is under its ceiling (a percentage)",
 			node: nested(func(p *decoder, f field, path string, depth int, n *Node) {
 				n.Classes = p.classes(f, path, depth)
-			}, func(n *Node) bool { return n.Classes != nil }),
+			}, func(n *Node) bool { return n.Classes != nil }, func(dst, src *Node) { dst.Classes = src.Classes }),
 			rule: built[*Rule]{show: showPool}},
 	}
 }
@@ -384,17 +390,17 @@ func rateLimitKeySpecs() []KeySpec {
 			limit:     limitShow(func(l *Limit) any { return shownIf(l.UnitMultiplier, l.UnitMultiplier > 1) }),
 			unlimited: unlimitedWarns},
 		{Level: LevelRateLimit, Name: "algorithm", Addition: true,
-			Doc: "how the limit counts: " + algorithmChoices() + "; default " + limiter.Algorithm(0).String(),
+			Doc: "how the limit counts: " + algorithmChoices() + "; unset, `--algorithm` (default " + limiter.Algorithm(0).String() + ")",
 			rl:  scalar(func(rl *RateLimitNode) *Field[string] { return &rl.Algorithm }, strValue),
 			limit: built[*Limit]{show: func(l *Limit) any { return l.Algorithm.String() },
 				set: func(l *Limit) bool { return l.Algorithm != limiter.Algorithm(0) }}},
 		{Level: LevelRateLimit, Name: "burst", Addition: true,
-			Doc:        "with " + choices(algorithmNames(func(t limiter.Traits) bool { return t.Burst })) + ": the bucket's capacity in hits; default `requests_per_unit`",
+			Doc:        "with " + choices(algorithmNames(func(t limiter.Traits) bool { return t.Burst })) + ": the bucket's capacity in hits; unset, `--token-bucket-burst` of `requests_per_unit` (default all of it)",
 			rl:         scalar(func(rl *RateLimitNode) *Field[uint32] { return &rl.Burst }, uintValue(1)),
 			buildLimit: (*builder).burst,
 			limit:      limitShow(func(l *Limit) any { return shownIf(l.Burst, l.Burst != 0) })},
 		{Level: LevelRateLimit, Name: "sub_windows", Addition: true,
-			Doc: fmt.Sprintf("with %s: the counters per window, 1 to %d, each dividing the window into whole milliseconds; default %d",
+			Doc: fmt.Sprintf("with %s: the counters per window, 1 to %d, each dividing the window into whole milliseconds; unset, `--sub-windows` (default %d)",
 				choices(algorithmNames(func(t limiter.Traits) bool { return t.SubWindows })), limiter.MaxSubWindows, limiter.DefaultSubWindows),
 			rl:         scalar(func(rl *RateLimitNode) *Field[uint32] { return &rl.SubWindows }, uintValue(1)),
 			buildLimit: (*builder).subWindows,

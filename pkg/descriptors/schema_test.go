@@ -187,9 +187,9 @@ func writeKeysTable(w io.Writer) {
 		switch {
 		case k.XDS != "":
 		case k.Addition:
-			xds = "none: a Sluice addition"
+			xds = "none: a Sluice addition ([overlay](#policy-overlay))"
 		default:
-			xds = "none in the proto Sluice is built with"
+			xds = "none in the proto Sluice is built with ([overlay](#policy-overlay))"
 		}
 		fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", k.Name, k.Level, xds, k.Doc)
 	}

@@ -11,6 +11,11 @@ package descriptors
 // only the source name and the path.
 type Pos struct {
 	Line, Column int
+	// File, when set, names the source the position is in when it is not
+	// the Document's own: a field a policy overlay set (its file), or a
+	// process-wide default (the flag, with no line). Errors and warnings at
+	// the position name it instead of the Document's File.
+	File string
 }
 
 // FieldState says whether a source gave a field.
@@ -65,6 +70,8 @@ type Document struct {
 	// entry is one the source could not decode (the YAML decoder's, with
 	// its error); it keeps the index of every entry after it in paths.
 	Descriptors []*Node
+	// Changes are what a Policy set on the domain (Domain.Changes).
+	Changes []Change
 }
 
 // Node is one descriptor: the source's form of a Rule (RateLimitDescriptor
@@ -96,6 +103,8 @@ type Node struct {
 	// pool that requests of several classes share, each up to its
 	// ceiling. nil when absent; the xDS proto has none.
 	Classes *ClassesNode
+	// Changes are what a Policy set on the descriptor (Rule.Changes).
+	Changes []Change
 }
 
 // ClassesNode is the classes block of a Node: the entry that names a

@@ -47,8 +47,9 @@ func TestVersionSeesEveryField(t *testing.T) {
 	cfg := loadVersioned(t)
 	d := cfg.Domain("every")
 	pool := d.Rules[0]
+	pool.Changes = []Change{{By: "overlay.yaml:3", Keys: []string{"classes"}}}
 	instances := map[reflect.Type]reflect.Value{}
-	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1]} {
+	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1], &pool.Changes[0]} {
 		v := reflect.ValueOf(x).Elem()
 		instances[v.Type()] = v
 	}
