@@ -29,6 +29,15 @@ func (n *node) slowAfter() time.Duration {
 	return max(slowRounds*n.gate.roundTrip(), minSlow)
 }
 
+// answering reports whether the node answered a call within stallQuiet of
+// now: a slow call on a node that answers is that call's (its size, a reply
+// read late), and another call helps; on a node that answers nothing (down,
+// paused, restarting) more calls would only pile up connections and
+// scripts that run late, so none opens.
+func (n *node) answering(now time.Time) bool {
+	return !n.gate.stalled.Load() && now.UnixNano()-n.gate.lastReply.Load() < int64(stallQuiet)
+}
+
 // oldest returns the Unix ns at which the oldest call in flight was sent,
 // other than lane skip's (-1: none skipped), and false when there is none.
 // n.mu is held.
@@ -43,21 +52,26 @@ func (n *node) oldest(skip int) (int64, bool) {
 }
 
 // dispatch makes the queue's next call on a lane of its own when a lane
-// may open: fewer than flying calls in flight, or fewer than most and the
-// oldest slow at now. Otherwise, with entries queued behind calls in flight,
-// it arms the timer for when the oldest turns slow. n.mu is held.
+// may open: fewer than flying calls in flight, or fewer than most, the node
+// answering and the oldest slow at now. Otherwise, with entries queued
+// behind calls in flight that may turn slow, it arms the timer for then
+// (when none may open, a call's return takes the queue). n.mu is held.
 func (n *node) dispatch(now time.Time) {
 	if len(n.queue) == 0 {
 		return
 	}
-	first, busy := n.oldest(-1)
-	slow := n.slowAfter()
-	if n.active >= n.flying && (n.active >= n.most || now.UnixNano()-first < int64(slow)) {
-		if busy && !n.armed {
-			n.armed = true
-			n.timer.Reset(time.Duration(first + int64(slow) - now.UnixNano()))
+	if n.active >= n.flying {
+		if n.active >= n.most || !n.answering(now) {
+			return // a call's return takes the queue
 		}
-		return
+		first, _ := n.oldest(-1)
+		if wait := first + int64(n.slowAfter()) - now.UnixNano(); wait > 0 {
+			if !n.armed {
+				n.armed = true
+				n.timer.Reset(time.Duration(wait))
+			}
+			return
+		}
 	}
 	batch := n.take()
 	if len(batch) == 0 {
@@ -90,7 +104,7 @@ func (n *node) flush(l int, batch []*pending) {
 		n.mu.Lock()
 		now := time.Now()
 		batch = nil
-		if first, busy := n.oldest(l); n.active <= n.flying || busy && now.UnixNano()-first >= int64(n.slowAfter()) {
+		if first, busy := n.oldest(l); n.active <= n.flying || busy && now.UnixNano()-first >= int64(n.slowAfter()) && n.answering(now) {
 			batch = n.take()
 		}
 		if len(batch) == 0 {

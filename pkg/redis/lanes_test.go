@@ -65,7 +65,9 @@ func isScriptCall(cmd goredis.Cmder) bool {
 
 // newHookedStore returns a Store with the production defaults (no
 // CallTimeout, CallsInFlight or MaxCallsInFlight set) on a client to the
-// shared Redis that runs hook, warmed so that no decision loads the script.
+// shared Redis that runs hook, warmed so that no decision loads the script,
+// and that has answered a decision (a node that never answered opens no
+// call for a slow one).
 func newHookedStore(t *testing.T, hook goredis.Hook) *Store {
 	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
@@ -73,6 +75,9 @@ func newHookedStore(t *testing.T, hook goredis.Hook) *Store {
 	s := New(c, Options{Prefix: redistest.Prefix(t.Name())})
 	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(context.Background(), []limiter.Hit{perMinute("warm", 10)}); err != nil {
 		t.Fatal(err)
 	}
 	return s
