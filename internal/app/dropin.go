@@ -49,11 +49,11 @@ func (srv *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	switch cfg := srv.core.Config(); {
 	case srv.stopping.Load():
 		reason = "shutting down"
-	case srv.warm != nil && !srv.warmed.Load():
+	case srv.store.notWarm():
 		reason = "store has not answered yet"
 	case srv.set.HealthNeedsConfig() && (cfg == nil || len(cfg.Domains()) == 0):
 		reason = "no config with a domain loaded"
-	case srv.set.HealthNeedsStore() && srv.ping != nil && !srv.storeUp.Load():
+	case srv.set.HealthNeedsStore() && srv.store.fallible() && !srv.store.up.Load():
 		reason = "store unreachable"
 	}
 	if reason != "" {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/internal/source"
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pkg/descriptors"
 )
 
@@ -200,20 +201,18 @@ func TestConfigShowsRules(t *testing.T) {
 // /ui serves the page from the binary, with a policy that forbids fetching
 // anything elsewhere.
 func TestStatusPageAPI(t *testing.T) {
-	srv, client, _ := startServer(t, "--ui-top-values", "10", "--ui-sensitive", "edge/per_client_address")
+	clk := testclock.New(time.Now())
+	r := start(t, setup{hooks: hooks{now: clk.Now}}, "--config", "../../config", "--ui-top-values", "10", "--ui-sensitive", "edge/per_client_address")
+	srv, client := r.srv, r.client
 	base := "http://" + srv.httpLn.Addr().String()
 	for range 25 {
 		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"remote_address", "198.51.100.7"}))
 		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "ui-test"}))
 	}
 	var v apiView
-	// The series hold complete seconds: wait for the calls' second to end.
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		getJSON(t, base+"/ui/api", &v)
-		if sum(v.Store.Calls) == 50 || time.Now().After(deadline) {
-			break
-		}
-	}
+	// The series hold complete seconds: end the calls' second.
+	clk.Advance(time.Second)
+	getJSON(t, base+"/ui/api", &v)
 	if v.Store.Kind != "memory" || !v.Store.Healthy || v.Config.Source != "file: ../../config" || len(v.Config.Version) != 12 {
 		t.Errorf("store %+v, config %+v", v.Store, v.Config)
 	}
@@ -244,24 +243,20 @@ func TestStatusPageAPI(t *testing.T) {
 // no descriptor value (they are often API keys: config/edge.yaml's are), only
 // the counts; --ui-top-values shows them.
 func TestStatusPageHidesValues(t *testing.T) {
-	srv, client, _ := startServer(t)
+	clk := testclock.New(time.Now())
+	r := start(t, setup{hooks: hooks{now: clk.Now}}, "--config", "../../config")
+	srv, client := r.srv, r.client
 	base := "http://" + srv.httpLn.Addr().String()
 	for range 5 {
 		client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "sk-live-secret"}))
 	}
-	var body []byte
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(base + "/ui/api")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var v apiView
-		if json.Unmarshal(body, &v) == nil && sum(v.Store.Calls) == 5 || time.Now().After(deadline) {
-			break
-		}
+	clk.Advance(time.Second) // the series hold complete seconds
+	resp, err := http.Get(base + "/ui/api")
+	if err != nil {
+		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	if strings.Contains(string(body), "sk-live-secret") || !strings.Contains(string(body), `"top_values":0`) {
 		t.Errorf("/ui/api by default shows the value or top_values is not 0:\n%s", body)
 	}

@@ -83,16 +83,7 @@ type server struct {
 	core   *ratelimit.Service
 	svc    *rls.Service
 	quota  *rlqs.Service // Envoy's rate limit quota streams
-	store  limiter.Store
-	shares rlqs.Store                  // the store's shared limits, for quota
-	closer func() error                // closes the store, nil if nothing to close
-	ping   func(context.Context) error // checks the store, nil if it cannot fail
-	// warm opens the store's connections and loads its library
-	// (redis.Store.Ready, then a warning if Redis never evicts), nil if it
-	// needs neither; warmed reports that it succeeded once. Until then the
-	// server is not ready, and /healthcheck fails.
-	warm   func(context.Context) error
-	warmed atomic.Bool
+	store  *backend      // the store, its decorators and observers (backend.go)
 	reg    *prometheus.Registry
 	config *source.State
 	page   *configPage          // renders /config and the status page's config status (config.go)
@@ -106,7 +97,7 @@ type server struct {
 	httpLn   net.Listener
 	extra    []extraListener // the debug and metrics listeners, when set
 	stopping atomic.Bool
-	storeUp  atomic.Bool // the store answered the last health check's ping
+	tenants  tenantPart // the tenant tables and their cache (tenants.go)
 }
 
 // hooks change what the settings select, for tests; the zero hooks change
@@ -117,6 +108,12 @@ type hooks struct {
 	// exporter, when set, replaces the OTLP exporter of --tracing-enabled
 	// and exports every span as it ends.
 	exporter sdktrace.SpanExporter
+	// now, when set, is the status page's clock (statuspage.Options.Now),
+	// so that a test ends a second by moving it instead of waiting.
+	now func() time.Time
+	// delay, when set, waits out the shutdown delay instead of sleeping it,
+	// so that a test acts inside the delay and then ends it.
+	delay func(time.Duration)
 }
 
 // newServer loads the config, opens the store and binds both listeners. On
@@ -138,16 +135,14 @@ func newServer(s *settings.Settings, log *zap.Logger, h hooks) (_ *server, err e
 			srv.close()
 		}
 	}()
-	if err := srv.openStore(); err != nil {
+	if srv.store, err = openBackend(s, log); err != nil {
 		return nil, err
 	}
-	if h.wrapStore != nil {
-		srv.store = h.wrapStore(srv.store)
-	}
-	srv.newStatusPage()                        // ui.go: the page times every store call
-	if err := srv.setUpTracing(); err != nil { // tracing.go: a span per store call
+	srv.newStatusPage() // ui.go
+	if srv.trace, err = newTracing(context.Background(), &s.TracingSettings, h.exporter); err != nil {
 		return nil, err
 	}
+	srv.store.compose(s, srv.reg, h.wrapStore, srv.status, srv.trace)
 	if err := srv.newServices(); err != nil {
 		return nil, err
 	}
@@ -322,10 +317,10 @@ func (srv *server) notReady(ctx context.Context) string {
 		return "shutting down"
 	case srv.core.Config() == nil:
 		return "no config loaded"
-	case srv.warm != nil && srv.set.ReadyNeedsStore && !srv.warmed.Load():
+	case srv.set.ReadyNeedsStore && srv.store.notWarm():
 		return "store not ready: its connections are not open or its limiter library is not loaded"
-	case srv.ping != nil && srv.set.ReadyNeedsStore:
-		if err := srv.ping(ctx); err != nil {
+	case srv.set.ReadyNeedsStore && srv.store.fallible():
+		if err := srv.store.ping(ctx); err != nil {
 			return "store unreachable: " + err.Error()
 		}
 	}
@@ -339,9 +334,9 @@ func (srv *server) watchHealth(ctx context.Context) {
 	defer t.Stop()
 	last := ""
 	for {
-		warm := srv.warmStore(ctx) == nil // a failure shows as not ready
-		if srv.set.HealthNeedsStore() && srv.ping != nil {
-			srv.storeUp.Store(warm && srv.ping(ctx) == nil)
+		warm := srv.store.warm(ctx) == nil // a failure shows as not ready
+		if srv.set.HealthNeedsStore() && srv.store.fallible() {
+			srv.store.up.Store(warm && srv.store.ping(ctx) == nil)
 		}
 		reason := srv.notReady(ctx)
 		if ctx.Err() != nil {
@@ -390,6 +385,7 @@ func (srv *server) serve(ctx context.Context) error {
 		defer bgWG.Done()
 		srv.config.Run(bg)
 	}()
+	srv.runTenants(bg, &bgWG)
 	srv.startListeners(&wg, errc)
 
 	var err error
@@ -404,7 +400,11 @@ func (srv *server) serve(ctx context.Context) error {
 	bgWG.Wait()
 	srv.health.Shutdown()
 	if err == nil && srv.set.ShutdownDelay > 0 {
-		time.Sleep(srv.set.ShutdownDelay)
+		wait := time.Sleep
+		if srv.hooks.delay != nil {
+			wait = srv.hooks.delay
+		}
+		wait(srv.set.ShutdownDelay)
 	}
 	srv.quota.Stop() // quota streams never end by themselves: end them for GracefulStop
 	stopped := make(chan struct{})
@@ -464,14 +464,22 @@ func (srv *server) startListeners(wg *sync.WaitGroup, errc chan<- error) {
 	srv.log.Info("listening", fields...)
 }
 
-// close releases the store. (The listeners belong to the gRPC and HTTP
+// close flushes the traces and releases the store. (The listeners belong to the gRPC and HTTP
 // servers once serve runs; newServer closes them on a failed start.)
 func (srv *server) close() {
-	srv.closeTracing()
-	if srv.closer != nil {
-		if err := srv.closer(); err != nil {
-			srv.log.Warn("closing store", zap.Error(err))
+	if srv.trace != nil {
+		// Flush the spans not yet exported, for at most 5 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := srv.trace.close(ctx); err != nil {
+			srv.log.Warn("flushing traces", zap.Error(err))
 		}
-		srv.closer = nil
+		cancel()
+		srv.trace = nil
+	}
+	if srv.store == nil {
+		return
+	}
+	if err := srv.store.close(); err != nil {
+		srv.log.Warn("closing store", zap.Error(err))
 	}
 }

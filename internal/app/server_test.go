@@ -258,7 +258,8 @@ func TestHandlerPanicAnswersInternal(t *testing.T) {
 // starts, and serve returns nil within delay + timeout.
 func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	held := &heldStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	r := launchWith(t, func(s limiter.Store) limiter.Store { held.Store = s; return held },
+	delay := newHeldDelay()
+	r := start(t, setup{hooks: hooks{wrapStore: func(s limiter.Store) limiter.Store { held.Store = s; return held }, delay: delay.wait}},
 		"--config", "../../config", "--shutdown-delay", "100ms", "--shutdown-timeout", "5s")
 	inFlight := make(chan error, 1)
 	go func() {
@@ -272,17 +273,19 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	start := time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop() }()
-	time.Sleep(300 * time.Millisecond) // past the delay: the drain has begun
-	conn, err := grpc.NewClient(r.srv.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, edgeRequest([]string{"api_key", "late"}))
-	cancel()
-	if err == nil {
-		t.Error("a new connection during the drain was served")
+	<-delay.entered
+	close(delay.release) // the delay has passed: the drain begins
+	// The drain closes the listener as it begins: a new connection, made
+	// after the delay ended, is refused by then or a moment later.
+	served := 0
+	for deadline := time.Now().Add(3 * time.Second); ; served++ {
+		if !newConnServed(t, r.srv.grpcLn.Addr().String()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a new connection during the drain was served (%d times in 3 s)", served)
+			break
+		}
 	}
 	close(held.release)
 	if err := <-inFlight; err != nil {
@@ -299,7 +302,8 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 // TestShutdownLetsInFlightCallsFinish: during the shutdown delay health says
 // NOT_SERVING and calls still work; then serve returns nil and calls fail.
 func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
-	r := launch(t, "--config", "../../config", "--shutdown-delay", "200ms")
+	delay := newHeldDelay()
+	r := start(t, setup{hooks: hooks{delay: delay.wait}}, "--config", "../../config", "--shutdown-delay", "200ms")
 	client := r.client
 	health := healthpb.NewHealthClient(r.conn)
 	stopped := make(chan error, 1)
@@ -308,7 +312,7 @@ func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
 	}
 	go func() { stopped <- r.stop() }()
 	// During the shutdown delay health says NOT_SERVING and calls still work.
-	time.Sleep(50 * time.Millisecond)
+	<-delay.entered
 	h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsServiceName})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health during shutdown = %v, %v; want NOT_SERVING", h, err)
@@ -316,6 +320,7 @@ func TestShutdownLetsInFlightCallsFinish(t *testing.T) {
 	if _, err := client.ShouldRateLimit(context.Background(), edgeRequest([]string{"api_key", "x"})); err != nil {
 		t.Errorf("call during shutdown delay: %v", err)
 	}
+	close(delay.release)
 	if err := <-stopped; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -464,10 +469,41 @@ func TestNotReadyUntilStoreWarm(t *testing.T) {
 	}
 
 	up, _, _ := startServer(t, "--redis-url", "redis://"+redistest.Addr(t))
-	if !up.warmed.Load() {
+	if !up.store.warmed.Load() {
 		t.Error("with Redis up, the store is not warm after the start")
 	}
 	if reason := up.notReady(context.Background()); reason != "" {
 		t.Errorf("with Redis up: not ready: %s", reason)
 	}
+}
+
+// heldDelay is a shutdown delay (hooks.delay) that a test ends: wait
+// signals entered, then returns once release is closed.
+type heldDelay struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newHeldDelay() *heldDelay {
+	return &heldDelay{entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (d *heldDelay) wait(time.Duration) {
+	d.entered <- struct{}{}
+	<-d.release
+}
+
+// newConnServed reports whether a call on a new connection to addr is
+// answered within a second.
+func newConnServed(t *testing.T, addr string) bool {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, edgeRequest([]string{"api_key", "late"}))
+	return err == nil
 }

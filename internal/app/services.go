@@ -29,15 +29,22 @@ func (srv *server) newServices() error {
 		}
 		observers = append(observers, pm)
 	}
+	tenantLookup, err := srv.newTenants() // tenants.go
+	if err != nil {
+		return err
+	}
 	srv.core = ratelimit.New(ratelimit.Options{
-		Store:       srv.store,
+		Store:       srv.store.store,
 		Logger:      srv.log.Named("ratelimit"),
 		FailureMode: s.Failure(),
 		Metrics:     coreMetrics,
 		Observers:   append(observers, srv.observers()...),
-		ShadowMode:  s.ShadowMode,
-		Overdraw:    s.Overdraw,
-		CountDenied: s.CountDenied,
+
+		StoreObservers: srv.store.observers,
+		ShadowMode:     s.ShadowMode,
+		Overdraw:       s.Overdraw,
+		CountDenied:    s.CountDenied,
+		Tenants:        tenantLookup,
 	})
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,
@@ -68,7 +75,7 @@ func (srv *server) newQuota() error {
 	unmatched, _ := rlqs.ParseBlanket(r.Unmatched)
 	srv.quota = rlqs.New(rlqs.Options{
 		Decider:         srv.core,
-		Store:           srv.shares,
+		Store:           srv.store.shares,
 		Logger:          srv.log.Named("rlqs"),
 		Metrics:         m,
 		AssignmentTTL:   r.AssignmentTTL,

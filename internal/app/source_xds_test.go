@@ -236,9 +236,12 @@ func TestXDSWrongNodeID(t *testing.T) {
 			}) {
 				t.Fatal("no stream from node ratelimit")
 			}
-			time.Sleep(100 * time.Millisecond)
-			cfg := getConfig(t, r.srv)
-			src, _ := cfg["source"].(map[string]any)
+			// The client marks itself connected once its stream is up.
+			var src map[string]any
+			srv.WaitFor(10*time.Second, func() bool {
+				src, _ = getConfig(t, r.srv)["source"].(map[string]any)
+				return src["connected"] == true
+			})
 			if src["connected"] != true || src["version"] != nil {
 				t.Errorf("/config source = %v, want connected, no version", src)
 			}

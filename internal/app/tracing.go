@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"strconv"
-	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/propagators/b3"
@@ -18,37 +17,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/internal/settings"
-	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
-
-// setUpTracing creates the tracer provider the settings ask for and wraps
-// the store in a span per call; it does nothing with tracing off.
-func (srv *server) setUpTracing() error {
-	t, err := newTracing(context.Background(), &srv.set.TracingSettings, srv.hooks.exporter)
-	if err != nil {
-		return err
-	}
-	srv.trace = t
-	srv.store = t.wrapStore(srv.store, srv.storeKind())
-	return nil
-}
-
-// closeTracing flushes the spans not yet exported, for at most 5 s.
-func (srv *server) closeTracing() {
-	if srv.trace == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.trace.close(ctx); err != nil {
-		srv.log.Warn("flushing traces", zap.Error(err))
-	}
-	srv.trace = nil
-}
 
 // tracing is what a server with tracing on needs: a tracer provider and the
 // propagators that read the trace context Envoy sends.
@@ -117,35 +90,33 @@ func (t *tracing) serverOptions() []grpc.ServerOption {
 		otelgrpc.WithTracerProvider(t.tp), otelgrpc.WithPropagators(t.prop)))}
 }
 
-// wrapStore returns s with a child span around every store call; s itself
-// when tracing is off.
-func (t *tracing) wrapStore(s limiter.Store, kind string) limiter.Store {
-	if t == nil {
-		return s
-	}
-	return &tracedStore{Store: s, tracer: t.tp.Tracer("github.com/sluicehq/sluice/cmd/server"), kind: kind}
+// storeSpans returns the observer that records a child span of the
+// request's for every store call, named for kind ("redis" or "memory").
+func (t *tracing) storeSpans(kind string) ratelimit.StoreObserver {
+	return &storeSpans{tracer: t.tp.Tracer("github.com/sluicehq/sluice/cmd/server"), kind: kind}
 }
 
-// tracedStore puts a span around every Apply.
-type tracedStore struct {
-	limiter.Store
+// storeSpans makes a span of every store call from the decision's own
+// timing of it, after the call: nothing below the decision reads the span.
+type storeSpans struct {
 	tracer trace.Tracer
 	kind   string
 }
 
-// Apply calls the wrapped store inside a "store.apply" span: the number of
-// hits, the store's kind, and the error if it failed.
-func (t *tracedStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
-	ctx, span := t.tracer.Start(ctx, "store.apply", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("sluice.store", t.kind), attribute.Int("ratelimit.hits", len(hits))))
-	defer span.End()
-	if t.kind == "redis" {
-		span.SetAttributes(semconv.DBSystemNameRedis)
+// ObserveStore implements ratelimit.StoreObserver: a "store.apply" span
+// from the call's start to its end, child of the request's, with the number
+// of hits, the store's kind, and the error if it failed.
+func (t *storeSpans) ObserveStore(ctx context.Context, c ratelimit.StoreCall) {
+	_, span := t.tracer.Start(ctx, "store.apply", trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(c.Start),
+		trace.WithAttributes(attribute.String("sluice.store", t.kind), attribute.Int("ratelimit.hits", c.Hits)))
+	if span.IsRecording() {
+		if t.kind == "redis" {
+			span.SetAttributes(semconv.DBSystemNameRedis)
+		}
+		if c.Err != nil {
+			span.RecordError(c.Err)
+			span.SetStatus(codes.Error, c.Err.Error())
+		}
 	}
-	res, err := t.Store.Apply(ctx, hits)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return res, err
+	span.End(trace.WithTimestamp(c.Start.Add(c.Took)))
 }

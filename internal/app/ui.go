@@ -9,16 +9,8 @@ import (
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
-// storeKind names the store: "redis" or "memory".
-func (srv *server) storeKind() string {
-	if srv.ping != nil {
-		return "redis"
-	}
-	return "memory"
-}
-
 // newStatusPage creates the status page's recorder when --ui is on (nil
-// otherwise) and wraps the store so the page sees its calls.
+// otherwise); compose makes it an observer of the store's calls.
 func (srv *server) newStatusPage() {
 	s := srv.set
 	if !s.UI {
@@ -32,8 +24,8 @@ func (srv *server) newStatusPage() {
 		TopValues:      top,
 		Sensitive:      settings.SplitList(s.UISensitive),
 		NearLimitRatio: s.NearLimit(),
+		Now:            srv.hooks.now,
 	})
-	srv.store = srv.status.WrapStore(srv.store)
 }
 
 // observers are the decision observers besides the metrics.
@@ -53,15 +45,12 @@ func (srv *server) handleUI(mux *http.ServeMux) {
 		Config:       srv.core.Config,
 		ConfigStatus: srv.page.pageStatus,
 		Health: func(ctx context.Context) string {
-			if srv.ping == nil {
-				return ""
-			}
-			if err := srv.ping(ctx); err != nil {
+			if err := srv.store.ping(ctx); err != nil {
 				return "store unreachable: " + err.Error()
 			}
 			return ""
 		},
-		StoreKind: srv.storeKind(),
+		StoreKind: srv.store.kind,
 		Version:   versionString(),
 	})
 	mux.Handle("GET /ui", h)

@@ -29,7 +29,7 @@ func (r *RLQSSettings) table() []setting {
 	return []setting{
 		{"rlqs-assignment-ttl", "quota streams (RLQS): lifetime of each assignment, whole seconds, longer than Envoy's reporting_interval; an Envoy that stops reporting keeps its share this long", durationText(rlqs.DefaultAssignmentTTL), &r.AssignmentTTL},
 		{"rlqs-burst", "quota streams: how much of its share an Envoy may admit at once, as time at the share's rate (the token bucket's max_tokens)", durationText(rlqs.DefaultBurst), &r.Burst},
-		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long", durationText(rlqs.DefaultIdleAfter), &r.Idle},
+		{"rlqs-idle", "quota streams: abandon a bucket that reports no request for this long; at least --rlqs-assignment-ttl", durationText(rlqs.DefaultIdleAfter), &r.Idle},
 		{"rlqs-unmatched", "quota streams: what a bucket matching no rule is assigned: allow (ALLOW_ALL) or deny (DENY_ALL)", "allow", &r.Unmatched},
 		{"rlqs-max-buckets", "quota streams: most buckets tracked per stream; a new one past it replaces the longest idle, else shares its rule's overflow limit, untracked", strconv.Itoa(rlqs.DefaultMaxBuckets), &r.MaxBuckets},
 		{"rlqs-max-total-buckets", "quota streams: most buckets tracked by all streams together (about 1.1 KB each); past it as past --rlqs-max-buckets", strconv.Itoa(rlqs.DefaultMaxTotalBuckets), &r.MaxTotalBuckets},
@@ -48,6 +48,11 @@ func (r *RLQSSettings) validate() error {
 	}
 	if r.Idle < time.Second {
 		return fmt.Errorf("--rlqs-idle: %v is below the minimum 1s", r.Idle)
+	}
+	// A bucket forgotten releases its share to the other streams, while
+	// its Envoy spends the assignment it holds until that expires.
+	if r.Idle < r.AssignmentTTL {
+		return fmt.Errorf("--rlqs-idle: %v is shorter than --rlqs-assignment-ttl (%v): a bucket forgotten earlier gives its share to others while its Envoy still spends its assignment", r.Idle, r.AssignmentTTL)
 	}
 	if _, ok := rlqs.ParseBlanket(r.Unmatched); !ok {
 		return fmt.Errorf("--rlqs-unmatched: unknown %q (want allow or deny)", r.Unmatched)

@@ -108,6 +108,8 @@ type Settings struct {
 	TracingSettings    // tracing.go
 	// RLQS are the rate limit quota service's settings (rlqs.go).
 	RLQS RLQSSettings
+	// Tenants are the tenant tables' settings (tenants.go).
+	Tenants TenantSettings
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
@@ -200,7 +202,7 @@ func (s *Settings) table() []setting {
 		{"ready-requires-store", "report not ready while the store is unreachable (set false when domains rely on failure_mode)", "true", &s.ReadyNeedsStore},
 		{"start-without-config", "be ready before a config has loaded, answering OK for every domain until one does", "false", &s.StartWithoutConfig},
 		{"ui", "serve the live status page on the HTTP listener: /ui (and /ui/api, the JSON it polls)", "true", &s.UI},
-		{"ui-top-values", "descriptor values the status page and /ui/api show per rule; 0 records none (values are often API keys, and whoever reaches the HTTP port sees them)", "0", &s.UITopValues},
+		{"ui-top-values", "descriptor values the status page and /ui/api show per rule; 0 hides values: none recorded or shown (values are often API keys, and whoever reaches the HTTP port sees them)", "0", &s.UITopValues},
 		{"ui-sensitive", "with --ui-top-values: comma-separated domains (billing) and rules (billing/per_card) whose values the status page still never records", "", &s.UISensitive},
 		{"tracing-enabled", "export OpenTelemetry traces over OTLP: a span per ShouldRateLimit, continuing Envoy's trace, and per store call (also TRACING_ENABLED; the endpoint from OTEL_EXPORTER_OTLP_*)", "false", &s.TracingEnabled},
 		{"tracing-exporter-protocol", "OTLP transport: http (port 4318) or grpc (port 4317) (also TRACING_EXPORTER_PROTOCOL)", "http", &s.TracingExporterProtocol},
@@ -215,7 +217,7 @@ func (s *Settings) table() []setting {
 // allSettings is table with the xDS source's settings (xds.go) and
 // the quota service's (rlqs.go).
 func (s *Settings) allSettings() []setting {
-	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
+	return append(append(append(s.table(), s.XDS.table()...), s.RLQS.table()...), s.Tenants.table()...)
 }
 
 // durationText is a default duration as the settings table writes it:
@@ -441,6 +443,9 @@ func (s *Settings) validate() error {
 		return err
 	}
 	if err := s.XDS.validate(); err != nil {
+		return err
+	}
+	if err := s.Tenants.validate(); err != nil {
 		return err
 	}
 	if err := s.RLQS.validate(); err != nil {

@@ -55,6 +55,8 @@ func TestSettings(t *testing.T) {
 		{[]string{"--failure-mode", "maybe"}, nil, `--failure-mode: unknown mode "maybe" (want error, allow or deny)`},
 		{[]string{"--max-descriptors", "0"}, nil, `--max-descriptors: 0 must be at least 1`},
 		{[]string{"--rlqs-assignment-ttl", "1500ms"}, nil, `--rlqs-assignment-ttl: 1.5s: want whole seconds, at least 1s (Envoy reads only the seconds)`},
+		{[]string{"--rlqs-idle", "5s"}, nil, `--rlqs-idle: 5s is shorter than --rlqs-assignment-ttl (10s): a bucket forgotten earlier gives its share to others while its Envoy still spends its assignment`},
+		{[]string{"--rlqs-idle", "2s", "--rlqs-assignment-ttl", "3s"}, nil, `--rlqs-idle: 2s is shorter than --rlqs-assignment-ttl (3s): a bucket forgotten earlier gives its share to others while its Envoy still spends its assignment`},
 		{[]string{"--rlqs-unmatched", "maybe"}, nil, `--rlqs-unmatched: unknown "maybe" (want allow or deny)`},
 		{[]string{"--rlqs-max-buckets", "0"}, nil, `--rlqs-max-buckets: 0 must be at least 1`},
 		{[]string{"--rlqs-max-total-buckets", "0"}, nil, `--rlqs-max-total-buckets: 0 must be at least 1`},

@@ -31,6 +31,9 @@ func (s *fakeSink) Config() *descriptors.Config     { return s.cfg }
 type scriptSource struct {
 	docs [][]*descriptors.Document // one build per entry
 	err  error                     // returned at once if set
+	// delivered, when set, is closed once every build was delivered (and
+	// handled: Deliver returns after the State has dealt with it).
+	delivered chan struct{}
 }
 
 func (s *scriptSource) Load(Deliver) bool { return false }
@@ -41,6 +44,9 @@ func (s *scriptSource) Run(ctx context.Context, deliver Deliver) error {
 	}
 	for _, docs := range s.docs {
 		deliver(descriptors.Build(docs...))
+	}
+	if s.delivered != nil {
+		close(s.delivered)
 	}
 	<-ctx.Done()
 	return nil
@@ -60,7 +66,7 @@ func TestConfigSourceSeam(t *testing.T) {
 	src := &scriptSource{docs: [][]*descriptors.Document{
 		{xdsDocument("a", "api")},
 		{xdsDocument("a", "api"), {File: "xds:b"}},
-	}}
+	}, delivered: make(chan struct{})}
 	sink := &fakeSink{}
 	core, logs := observer.New(zap.InfoLevel)
 	cs := NewState(prometheus.NewRegistry(), sink, src, zap.New(core))
@@ -70,9 +76,10 @@ func TestConfigSourceSeam(t *testing.T) {
 		cs.Run(ctx)
 		close(done)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(cs.reloads.WithLabelValues("error")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-src.delivered:
+	case <-time.After(5 * time.Second):
+		t.Error("the source's two builds were not delivered within 5 s")
 	}
 	cancel()
 	<-done

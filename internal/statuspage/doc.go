@@ -10,8 +10,9 @@
 //     top-k summary (Metwally et al., 2005) of fixed size, so its memory is
 //     bounded whatever the number of distinct values (long values are
 //     shortened and hashed; rules or domains marked sensitive keep none);
-//   - a limiter.Store decorator (Recorder.WrapStore) that times every store
-//     call and counts its errors;
+//   - the store's health: Recorder is also a ratelimit.StoreObserver, told
+//     of every store call with the decision's own timing of it, whose
+//     latencies and errors it counts;
 //   - Handler: the page itself (HTML, CSS and JS embedded with go:embed, no
 //     external fetch, works offline) and the JSON it polls, /ui/api.
 //

@@ -95,7 +95,10 @@ type bucket struct {
 	refunded                              uint64
 }
 
-var _ ratelimit.Observer = (*Recorder)(nil)
+var (
+	_ ratelimit.Observer      = (*Recorder)(nil)
+	_ ratelimit.StoreObserver = (*Recorder)(nil)
+)
 
 // NewRecorder returns a Recorder with o.
 func NewRecorder(o Options) *Recorder {

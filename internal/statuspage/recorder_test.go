@@ -279,24 +279,17 @@ func TestMaxRules(t *testing.T) {
 	}
 }
 
-type failingStore struct{ err error }
-
-func (f failingStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
-	return make([]limiter.Result, len(hits)), f.err
-}
-
-// TestStoreCallsAndLatency: the store decorator counts calls and errors per
+// TestStoreCallsAndLatency: the store observer counts calls and errors per
 // second and estimates latency quantiles from its buckets.
 func TestStoreCallsAndLatency(t *testing.T) {
 	clk := testclock.New(time.Unix(1_800_000_000, 0))
 	r := NewRecorder(Options{Now: clk.Now})
-	s := r.WrapStore(failingStore{})
-	bad := r.WrapStore(failingStore{errors.New("dial tcp: connection refused")})
+	refused := errors.New("dial tcp: connection refused")
 	for range 10 {
 		for range 9 {
-			s.Apply(context.Background(), nil)
+			r.ObserveStore(context.Background(), ratelimit.StoreCall{Start: clk.Now()})
 		}
-		bad.Apply(context.Background(), nil)
+		r.ObserveStore(context.Background(), ratelimit.StoreCall{Start: clk.Now(), Err: refused})
 		clk.Advance(time.Second)
 	}
 	v := r.view(context.Background(), Sources{StoreKind: "redis", Health: func(context.Context) string { return "store unreachable: refused" }})
@@ -304,8 +297,7 @@ func TestStoreCallsAndLatency(t *testing.T) {
 	if st.CallsPerSec != 10 || st.ErrorsPerSec != 1 || st.Healthy || st.Kind != "redis" || !strings.Contains(st.LastError, "refused") {
 		t.Errorf("store view = %+v", st)
 	}
-	// The fake clock does not move inside Apply: every call took 0 s, in
-	// the first bucket (0 to 100 us).
+	// Every call took 0 s, in the first bucket (0 to 100 us).
 	if st.P50Ms != 0.05 || st.P99Ms > 0.1 {
 		t.Errorf("p50 %v ms, p99 %v ms; want 0.05, <= 0.1", st.P50Ms, st.P99Ms)
 	}

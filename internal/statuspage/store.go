@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/pkg/limiter"
+	"github.com/sluicehq/sluice/pkg/ratelimit"
 )
 
 // latencyBounds are the upper bounds of the store latency buckets (the last
@@ -29,22 +29,11 @@ type storeBucket struct {
 	latency       [len(latencyBounds) + 1]uint32
 }
 
-// WrapStore returns s timed: every Apply's latency and error are recorded
-// for the page. The result is safe for concurrent use if s is.
-func (r *Recorder) WrapStore(s limiter.Store) limiter.Store { return &timedStore{Store: s, r: r} }
-
-type timedStore struct {
-	limiter.Store
-	r *Recorder
-}
-
-// Apply calls the wrapped store and records the call.
-func (t *timedStore) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
-	start := t.r.opts.Now()
-	res, err := t.Store.Apply(ctx, hits)
-	now := t.r.opts.Now()
-	t.r.store.observe(now, now.Sub(start), err)
-	return res, err
+// ObserveStore implements ratelimit.StoreObserver: it records the call's
+// latency, as the decision timed it, and its error for the page, in the
+// second of the Recorder's clock.
+func (r *Recorder) ObserveStore(_ context.Context, c ratelimit.StoreCall) {
+	r.store.observe(r.opts.Now(), c.Took, c.Err)
 }
 
 func (s *storeStats) observe(now time.Time, d time.Duration, err error) {

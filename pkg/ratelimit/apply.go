@@ -61,7 +61,7 @@ func (s *Service) apply(ctx context.Context, hits []limiter.Hit, answers bool) (
 		}
 	}
 	results, err := s.opts.Store.Apply(sctx, hits)
-	s.opts.Metrics.observeStore(time.Since(start), err)
+	s.observeStore(ctx, start, len(hits), err)
 	if err == nil && len(results) != len(hits) {
 		err = fmt.Errorf("%w: store returned %d results for %d hits", limiter.ErrStoreUnavailable, len(results), len(hits))
 	}

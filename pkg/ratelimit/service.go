@@ -30,6 +30,9 @@ type Options struct {
 	// Observers are told of every counted descriptor, after Metrics; those
 	// that are also ErrorObservers are told of failed calls too.
 	Observers []Observer
+	// StoreObservers are told of every Store call, after Metrics, with the
+	// timing Decide took of it: the call is timed once, whoever reads it.
+	StoreObservers []StoreObserver
 	// ShadowMode puts every counted limit in shadow mode: counted as if
 	// admitted, reported OK, never denying (envoyproxy/ratelimit's global
 	// SHADOW_MODE). Metrics count its would-be denials as shadow mode.
@@ -48,6 +51,9 @@ type Options struct {
 	// that cannot (sliding_log, concurrency) and pools' classes ignore it:
 	// a shed request consumes nothing.
 	CountDenied bool
+	// Tenants gives the rows of tenant tables (tenants_from) to the rules
+	// that name one; nil gives every value its rule's own limits.
+	Tenants Tenants
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -85,6 +91,36 @@ type Observer interface {
 // possibly empty. ObserveError must be safe for concurrent use.
 type ErrorObserver interface {
 	ObserveError(domain string, err error)
+}
+
+// StoreCall is one Store call that Decide made, as Decide timed it.
+type StoreCall struct {
+	// Start is when the call began (time.Now, with its monotonic reading).
+	Start time.Time
+	// Took is how long the call took, until the store returned.
+	Took time.Duration
+	// Hits is the number of hits the call sent.
+	Hits int
+	// Err is the store's error, nil when it answered.
+	Err error
+}
+
+// StoreObserver is told of every Store call that Decide makes (the status
+// page's latencies, a trace span per call), so that a call is timed once,
+// by the decision, not by a decorator per reader. ctx is the request's,
+// carrying its trace. ObserveStore runs on the request path after the call
+// returned: it must be fast and safe for concurrent use.
+type StoreObserver interface {
+	ObserveStore(ctx context.Context, c StoreCall)
+}
+
+// Tenants gives the rows of tenant tables. Implementations must be safe for
+// concurrent use and fast: Tenant runs on the request path.
+type Tenants interface {
+	// Tenant returns value's row of table, nil when the table has none (the
+	// value counts its rule's own limits). It never fails: a table that
+	// cannot be read gives the row last seen, else nil.
+	Tenant(ctx context.Context, table, value string) *descriptors.TenantRow
 }
 
 // scratch is per-call working memory, reused through Service.scratch.
@@ -168,7 +204,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		}
 		return d, nil
 	}
-	if err := resolve(&d, req); err != nil {
+	if err := resolve(ctx, &d, req, s.opts.Tenants); err != nil {
 		return Decision{}, s.failed(req.Domain, err)
 	}
 	if s.opts.ShadowMode {
@@ -192,6 +228,16 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		d.SlotToken = FormatSlotToken(sc.acquired)
 	}
 	return d, nil
+}
+
+// observeStore tells Metrics, then the StoreObservers, of a store call
+// that began at start and returned err.
+func (s *Service) observeStore(ctx context.Context, start time.Time, hits int, err error) {
+	c := StoreCall{Start: start, Took: time.Since(start), Hits: hits, Err: err}
+	s.opts.Metrics.observeStore(c.Took, err)
+	for _, o := range s.opts.StoreObservers {
+		o.ObserveStore(ctx, c)
+	}
 }
 
 // failed tells the ErrorObservers of err and returns it.

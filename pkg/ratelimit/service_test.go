@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -219,5 +220,58 @@ func TestBinding(t *testing.T) {
 	}
 	if d := decide(t, s, shadow); d.Binding != -1 {
 		t.Errorf("shadow only: binding %d, want -1", d.Binding)
+	}
+}
+
+// storeCalls records the store calls a StoreObserver is told of.
+type storeCalls struct{ calls []ratelimit.StoreCall }
+
+func (o *storeCalls) ObserveStore(_ context.Context, c ratelimit.StoreCall) {
+	o.calls = append(o.calls, c)
+}
+
+// refusingStore fails every call with err.
+type refusingStore struct{ err error }
+
+func (f refusingStore) Apply(context.Context, []limiter.Hit) ([]limiter.Result, error) {
+	return nil, f.err
+}
+
+// TestStoreObserversSeeEveryCall: every StoreObserver is told of each store
+// call, in order, with the hits it sent and the store's error; a request
+// that counts nothing makes no call and tells nobody.
+func TestStoreObserversSeeEveryCall(t *testing.T) {
+	cfg, err := descriptors.Load("testdata/test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := fmt.Errorf("%w: connection refused", limiter.ErrStoreUnavailable)
+	for _, tc := range []struct {
+		name  string
+		store limiter.Store
+		want  error
+	}{
+		{"answered", limiter.NewMemoryStore(limiter.MemoryOptions{}), nil},
+		{"failed", refusingStore{refused}, refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first, second := &storeCalls{}, &storeCalls{}
+			s := ratelimit.New(ratelimit.Options{Store: tc.store, StoreObservers: []ratelimit.StoreObserver{first, second},
+				FailureMode: descriptors.FailureModeAllow})
+			s.SetConfig(cfg)
+			req := &ratelimit.Request{Domain: "test", Descriptors: []ratelimit.Descriptor{{Entries: entries("service", "a")}, {Entries: entries("nothing", "x")}}}
+			if _, err := s.Decide(context.Background(), req); err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			unmatched := &ratelimit.Request{Domain: "test", Descriptors: []ratelimit.Descriptor{{Entries: entries("nothing", "x")}}}
+			if _, err := s.Decide(context.Background(), unmatched); err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			for _, o := range []*storeCalls{first, second} {
+				if len(o.calls) != 1 || o.calls[0].Hits != 1 || o.calls[0].Err != tc.want || o.calls[0].Start.IsZero() || o.calls[0].Took < 0 {
+					t.Errorf("store calls observed = %+v, want one of 1 hit with error %v", o.calls, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -275,28 +275,53 @@ func shot(t *testing.T, ctx context.Context, path string, w, h int64) {
 	t.Logf("screenshot: %s", path)
 }
 
-// TestStatusPagePoolClasses loads /ui in headless Chromium after a burst on
-// config/edge.yaml's checkout pool (1000 a second; default 80%): the pool's
+// uiPool is config/edge.yaml's checkout pool with the same classes, at 100
+// an hour: what a class admits and sheds does not depend on how fast the
+// calls come.
+const uiPool = `domain: edge
+descriptors:
+  - key: pool
+    value: checkout_db
+    rate_limit: {unit: hour, requests_per_unit: 100}
+    classes:
+      key: priority
+      ceilings:
+        - {value: critical, ceiling: 100%}
+        - {value: default, ceiling: 80%}
+        - {value: batch, ceiling: 70%}
+        - {value: test, ceiling: 50%}
+`
+
+// TestStatusPagePoolClasses loads /ui in headless Chromium, then sends a
+// burst on a checkout pool of 100 an hour (uiPool; default 80%): the pool's
 // card has a row per class, in config order, with its ceiling and the hits
-// per second admitted and shed over the rates' 10 s (1000 default: 800
-// admitted, 200 shed; 50 critical, all admitted).
+// per second admitted and shed over the rates' 10 s (100 default: 80
+// admitted, 20 shed; 5 critical, all admitted). The browser starts before
+// the calls, so that the page reads them while they are inside its window.
 func TestStatusPagePoolClasses(t *testing.T) {
-	s := startSluice(t, "--config", "config")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(uiPool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSluice(t, "--config", dir)
+	ctx := browser(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.HTTPAddr+"/ui"), chromedp.WaitVisible(chromedp.CSS(`[data-rule="edge/pool_checkout_db"]`))); err != nil {
+		t.Fatalf("loading /ui: %v\n%s", err, s.Log())
+	}
 	send := func(class string, n int) {
 		for range n {
 			s.call(t, "edge", []string{"pool", "checkout_db", "priority", class})
 		}
 	}
-	send("default", 1000)
-	send("critical", 50)
-	ctx := browser(t)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	send("default", 100)
+	send("critical", 5)
 	sel := cardText("edge/pool_checkout_db", "classes")
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.HTTPAddr+"/ui"), chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
-		t.Fatalf("loading /ui: %v\n%s", err, s.Log())
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
+		t.Fatalf("the pool's classes on the page: %v\n%s", err, s.Log())
 	}
-	want := "critical 100% 5 0, default 80% 80.0 20.0, batch 70% 0 0, test 50% 0 0"
+	want := "critical 100% 0.5 0, default 80% 8 2, batch 70% 0 0, test 50% 0 0"
 	var got string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		got = eval[string](t, ctx, `[...document.querySelectorAll('`+sel+` tbody tr')].map(r =>
