@@ -100,7 +100,7 @@ register('fixed_window', { load = fixedLoad, parse = fixedParse, roll = fixedRol
   -- remaining and reset as decide, consume and report give them, or
   -- nothing, having changed nothing, for a denial, a count at MAX or none
   -- (the general path's).
-  hit = function(k, L, n, C)
+  hit = function(k, L, n, _, C)
     local t = s2[k] + n
     L = C or L
     if t > L or t > MAX or t == 0 then

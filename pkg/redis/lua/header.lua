@@ -76,9 +76,10 @@
 -- pool's class):
 --   fits = true: decide admits when s2 + n <= (C or L), its first test,
 --     which run then makes inline;
---   hit(k, L, n, C) -> remaining, reset_after_ms: decide, consume and
---     report of key k's state (s1[k].., KW[k], KN[k]) in one function, or
---     nothing, having changed nothing, when the hit needs the general path;
+--   hit(k, L, n, B, C) -> remaining, reset_after_ms: an admitted hit's
+--     decide, consume and report of key k's state (s1[k].., KW[k], KN[k])
+--     in one function, or nothing, having changed nothing, when the hit
+--     needs the general path (a denial among them);
 --   bind(): what the file binds on run's first call (a library being
 --     loaded may not touch struct, nor make what each call would remake);
 -- and registers them with register, under its config spelling; the

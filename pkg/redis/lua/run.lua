@@ -333,7 +333,7 @@ local function oneEntry(KEYS, prog, p)
   end
   local A = KA[k]
   if A.hit then
-    local r, t = A.hit(k, L, n, C)
+    local r, t = A.hit(k, L, n, B, C)
     if r then
       return p + Z_HITTAIL, spack(F_FIRSTSHORT, 1, 1, 0, r, t)
     end
@@ -402,7 +402,7 @@ local function plainEntry(KEYS, prog, p, count, nout)
     local A = KA[k]
     local r, t
     if admitted and A.hit then
-      r, t = A.hit(k, L, hn[h], hC[h])
+      r, t = A.hit(k, L, hn[h], B, hC[h])
     end
     if not r then
       local w, N = KW[k], KN[k]

@@ -124,12 +124,12 @@ do -- (in a block: the chunk has at most 200 locals at once)
   end
 
   -- subHit decides, consumes and reports a plain hit of n on key k (limit L,
-  -- or C for a pool's class) on the commonest path: admitted, in its stored
+  -- or C for a pool's class; the burst unused) on the commonest path: admitted, in its stored
   -- string's own sub-window, which holds hits already. It returns remaining
   -- and reset as decide, consume and report give them, from the head parse
   -- read, or nothing, having changed nothing, for any other case (the
   -- general path's).
-  function subHit(k, L, n, C)
+  function subHit(k, L, n, _, C)
     local at, v, total = s1[k], s3[k], s2[k]
     local t = total + n
     L = C or L
