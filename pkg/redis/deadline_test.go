@@ -59,7 +59,7 @@ func TestDeadlineHeldInABatch(t *testing.T) {
 	if _, err := s.Apply(ctx, []limiter.Hit{perMinute("warm", 10)}); err != nil {
 		t.Fatal(err)
 	}
-	for !s.node.idle() {
+	for !s.d.ns.one.idle() {
 		time.Sleep(time.Millisecond)
 	}
 	hook.on.Store(true)

@@ -64,7 +64,7 @@ func TestShedBeforeRedis(t *testing.T) {
 	// The first decision's flush may still be looping (slow under -race):
 	// wait until no call is in flight, so that each of the 2 calls the node
 	// allows starts with one decision and the rest queue behind them.
-	for !s.node.idle() {
+	for !s.d.ns.one.idle() {
 		time.Sleep(time.Millisecond)
 	}
 
@@ -188,7 +188,7 @@ func TestRefundWarnings(t *testing.T) {
 	}
 	dead := l.Addr().String()
 	l.Close()
-	r := newRefunder(New(newClient(t, dead), Options{}).runDirect, zap.New(core))
+	r := newRefunder(New(newClient(t, dead), Options{}).d.runDirect, zap.New(core))
 	defer r.close(0)
 	for i := range 50 {
 		r.add(context.Background(), &entry{kind: kindUndo, keys: []string{"k", "k:u:" + fmt.Sprint(i)},

@@ -111,7 +111,7 @@ func TestOpenCluster(t *testing.T) {
 	defer s.Close()
 	admin := newClusterClient(t, addrs)
 	t.Cleanup(func() { deletePrefix(t, admin, prefix) })
-	if s.cluster == nil {
+	if s.d.ns.cluster == nil {
 		t.Fatal("Open with ClusterAddrs did not make a cluster Store")
 	}
 	keys := clusterKeys(t, admin, 3, time.Minute)
@@ -365,7 +365,7 @@ func TestReadyOpensThePool(t *testing.T) {
 	if st := c.PoolStats(); st.TotalConns != 7 || st.IdleConns != 7 {
 		t.Errorf("after Ready: %d connections, %d idle; want the pool's 7, all idle", st.TotalConns, st.IdleConns)
 	}
-	if s.caller.mode.Load() == modeUnknown {
+	if s.d.ns.caller.mode.Load() == modeUnknown {
 		t.Error("after Ready the library is not loaded")
 	}
 	misses := c.PoolStats().Misses

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -136,7 +135,8 @@ type Options struct {
 type Store struct {
 	c      Client
 	prefix string
-	*decider
+	now    func() time.Time // Options.Now
+	d      *decider
 	leases *leases // nil when off
 }
 
@@ -152,31 +152,12 @@ func New(c Client, o Options) *Store {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	d := &decider{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight, most: o.MaxCallsInFlight}
-	d.cluster, _ = c.(*goredis.ClusterClient)
-	if d.timeout <= 0 {
-		d.timeout = DefaultCallTimeout
-	}
-	d.settleTimeout = d.timeout
-	if d.flying <= 0 {
-		d.flying = DefaultCallsInFlight
-	}
-	if d.most <= 0 {
-		d.most = DefaultMaxCallsInFlight
-	}
-	if d.cluster == nil {
-		poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default
-		if sc, ok := c.(*goredis.Client); ok {
-			poolSize = sc.Options().PoolSize
-		}
-		d.node = d.newNode(c, poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
-	}
-	d.refunds = newRefunder(d.runDirect, log)
+	d := newDecider(c, o, log)
 	clock := time.Now
 	if o.Now != nil {
 		clock = o.Now
 	}
-	return &Store{c: c, prefix: cleanPrefix(o.Prefix), decider: d,
+	return &Store{c: c, prefix: cleanPrefix(o.Prefix), now: o.Now, d: d,
 		leases: newLeases(leaseOptions{rate: o.LeaseRate, span: o.LeaseSpan, clock: clock, run: d.runDirect, log: log})}
 }
 
@@ -203,15 +184,7 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Warm(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	var err error
-	if s.cluster != nil {
-		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
-			return s.caller.load(ctx, n)
-		})
-	} else {
-		err = s.caller.load(ctx, s.c)
-	}
-	if err != nil {
+	if err := s.d.warm(ctx); err != nil {
 		return fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
 	}
 	return nil
@@ -226,10 +199,7 @@ const closeRefundTimeout = time.Second
 // called after Close.
 func (s *Store) Close() error {
 	s.leases.close(closeRefundTimeout)
-	s.refunds.close(closeRefundTimeout)
-	err := s.c.Close()
-	s.probes.Wait()
-	return err
+	return s.d.close(closeRefundTimeout)
 }
 
 // Apply implements limiter.Store: it evaluates every hit, each by its
@@ -284,9 +254,9 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	}
 	keys := s.keysOf(hits)
 	if s.leases != nil && len(hits) == 1 && leasable(hits[0]) {
-		return s.leases.apply(ctx, hits, keys, s.decider)
+		return s.leases.apply(ctx, hits, keys, s.d)
 	}
-	results, _, err := s.applyHits(ctx, hits, keys, 0)
+	results, _, err := s.d.applyHits(ctx, hits, keys, 0)
 	return results, err
 }
 
@@ -295,7 +265,7 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 // that the enforced quota hits are in more than one group; their flags then
 // say shadow instead of quota (see Apply).
 func (s *Store) split(hits []limiter.Hit) (groups []*group, quotaSplit bool) {
-	return s.splitKeys(hits, s.keysOf(hits))
+	return s.d.splitKeys(hits, s.keysOf(hits))
 }
 
 // keysOf returns the counter key of each hit.

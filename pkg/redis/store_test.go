@@ -241,7 +241,7 @@ func TestScriptFlush(t *testing.T) {
 				hits = append(hits, perMinute(clusterKeys(t, c, 2, time.Minute)[1], 3), perMinute(clusterKeys(t, c, 2, time.Minute)[0], 3))
 			}
 			if strings.HasSuffix(name, "eval") {
-				s.caller.mode.Store(modeEval)
+				s.d.ns.caller.mode.Store(modeEval)
 			}
 			for i := range 4 {
 				if err := flush(); err != nil {
