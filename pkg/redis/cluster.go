@@ -31,15 +31,19 @@ type decider struct {
 	refunds       *refunder
 }
 
-// newDecider returns the decider of a Store on c, configured by o, logging
-// to log what it cannot return.
-func newDecider(c Client, o Options, log *zap.Logger) *decider {
-	d := &decider{c: c, ns: newNodes(c, o.Now, o.CallsInFlight, o.MaxCallsInFlight), timeout: o.CallTimeout}
-	if d.timeout <= 0 {
-		d.timeout = DefaultCallTimeout
-	}
-	d.settleTimeout = d.timeout
-	d.refunds = newRefunder(d.runDirect, log)
+// deciderOptions configures newDecider: the Store's Options with their
+// defaults applied.
+type deciderOptions struct {
+	timeout      time.Duration    // Options.CallTimeout
+	now          func() time.Time // Options.Now
+	flying, most int              // Options.CallsInFlight, MaxCallsInFlight
+	log          *zap.Logger
+}
+
+// newDecider returns the decider of a Store on c.
+func newDecider(c Client, o deciderOptions) *decider {
+	d := &decider{c: c, ns: newNodes(c, o.now, o.flying, o.most), timeout: o.timeout, settleTimeout: o.timeout}
+	d.refunds = newRefunder(d.runDirect, o.log)
 	return d
 }
 

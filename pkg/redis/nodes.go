@@ -31,16 +31,10 @@ type nodes struct {
 
 // newNodes returns the nodes of c: one node on a standalone or Sentinel
 // Redis, made now; on a Cluster, one per master, made when first used.
-// flying and most are Options.CallsInFlight and MaxCallsInFlight (zero:
-// their defaults), now Options.Now.
+// flying and most are Options.CallsInFlight and MaxCallsInFlight, now
+// Options.Now.
 func newNodes(c Client, now func() time.Time, flying, most int) *nodes {
 	ns := &nodes{now: now, flying: flying, most: most}
-	if ns.flying <= 0 {
-		ns.flying = DefaultCallsInFlight
-	}
-	if ns.most <= 0 {
-		ns.most = DefaultMaxCallsInFlight
-	}
 	ns.cluster, _ = c.(*goredis.ClusterClient)
 	if ns.cluster == nil {
 		poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default

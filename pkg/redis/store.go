@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -20,19 +19,6 @@ import (
 // pkg/ratelimit shortens by a margin to answer when a failure mode
 // answers). A Redis reply also ends at the client's read timeout.
 const DefaultCallTimeout = time.Second
-
-// Client is the part of a go-redis client the Store uses. *goredis.Client,
-// *goredis.ClusterClient and the UniversalClient that Open builds satisfy
-// it. A *goredis.ClusterClient makes the Store group hits by Cluster slot
-// and send each slot's script calls to its master's own client.
-type Client interface {
-	goredis.Scripter
-	FCall(ctx context.Context, function string, keys []string, args ...any) *goredis.Cmd
-	FunctionLoad(ctx context.Context, code string) *goredis.StringCmd
-	Pipeline() goredis.Pipeliner
-	Ping(ctx context.Context) *goredis.StatusCmd
-	Close() error
-}
 
 // DefaultCallsInFlight is Options.CallsInFlight when it is zero: one call
 // at a time per node, every decision that arrives meanwhile in the next.
@@ -130,8 +116,8 @@ type Options struct {
 // It is composed of layers, each reached by the one above through a few
 // methods: the lease tier (leases, lease.go: a decorator on the single-hit
 // path), the decider (cluster.go: slot groups, settling and refunds), the
-// nodes (node.go: coalesced calls, stall detection, deadline shedding) and
-// the wire protocol (protocol.go), around one script (lua/).
+// nodes (node.go, nodes.go: coalesced calls, stall detection, deadline
+// shedding) and the wire protocol (protocol.go), around one script (lua/).
 type Store struct {
 	c      Client
 	prefix string
@@ -152,7 +138,17 @@ func New(c Client, o Options) *Store {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	d := newDecider(c, o, log)
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.CallsInFlight <= 0 {
+		o.CallsInFlight = DefaultCallsInFlight
+	}
+	if o.MaxCallsInFlight <= 0 {
+		o.MaxCallsInFlight = DefaultMaxCallsInFlight
+	}
+	d := newDecider(c, deciderOptions{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight,
+		most: o.MaxCallsInFlight, log: log})
 	clock := time.Now
 	if o.Now != nil {
 		clock = o.Now
@@ -160,10 +156,6 @@ func New(c Client, o Options) *Store {
 	return &Store{c: c, prefix: cleanPrefix(o.Prefix), now: o.Now, d: d,
 		leases: newLeases(leaseOptions{rate: o.LeaseRate, span: o.LeaseSpan, clock: clock, run: d.runDirect, log: log})}
 }
-
-// PingTimeout bounds Ping. It is no shorter than a decision's default
-// CallTimeout, so a busy but healthy Redis does not make readiness flap.
-const PingTimeout = time.Second
 
 // Ping checks that Redis answers, for readiness probes. Its error wraps
 // limiter.ErrStoreUnavailable.
@@ -189,9 +181,6 @@ func (s *Store) Warm(ctx context.Context) error {
 	}
 	return nil
 }
-
-// closeRefundTimeout bounds how long Close waits for refunds still pending.
-const closeRefundTimeout = time.Second
 
 // Close gives back the unspent permits of its leases and sends the refunds
 // still pending (waiting at most a second each; refunds it could not send are
