@@ -190,7 +190,7 @@ func BenchmarkScriptBatch(b *testing.B) {
 						gs, _ := s.split([]limiter.Hit{h})
 						ps[i] = &pending{e: gs[0].e}
 					}
-					for _, err := range runEntries(context.Background(), s.node.c, s.node.caller, "", ps) {
+					for _, err := range runEntries(context.Background(), s.d.ns.one.c, s.d.ns.one.caller, "", ps) {
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -284,7 +284,7 @@ func BenchmarkScriptSteady(b *testing.B) {
 			n++
 		}
 		now := strconv.FormatInt(start+int64(n*625/keys), 10)
-		for _, err := range runEntries(ctx, s.node.c, s.node.caller, now, ps) {
+		for _, err := range runEntries(ctx, s.d.ns.one.c, s.d.ns.one.caller, now, ps) {
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -15,3 +15,7 @@ func budget(ctx context.Context, now time.Time, timeout time.Duration) time.Time
 	}
 	return now.Add(timeout)
 }
+
+// closeRefundTimeout bounds how long Close waits for refunds still pending, and how long
+// the leases take to give back unspent permits.
+const closeRefundTimeout = time.Second

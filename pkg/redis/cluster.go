@@ -3,12 +3,11 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -18,29 +17,46 @@ import (
 // Sentinel Redis), decides the groups one after another on their nodes,
 // settles a request that one slot denied (refunds the slots that admitted,
 // idempotently, through the refunder; reads the rest) and fills the
-// Results. Its one way down is a node's submit; Store and the leases reach
-// it by applyHits and runDirect. It is safe for concurrent use.
+// Results. Its way down is its nodes (forKey) and a node's submit, wait,
+// stalled and runNow; the Store and the leases reach it by applyHits,
+// splitKeys, runDirect, warm and close. It is safe for concurrent use.
 type decider struct {
-	cluster *goredis.ClusterClient // nil unless on a Cluster
+	c       Client
+	ns      *nodes
 	timeout time.Duration
-	now     func() time.Time
-	flying  int // Options.CallsInFlight
-	most    int // Options.MaxCallsInFlight
 	// settleTimeout bounds the round trip that refunds a denied Cluster
 	// request whose caller set no deadline, CallTimeout unless a test
 	// shortens it (to make refunds miss it and be retried).
 	settleTimeout time.Duration
-	caller        caller
-	node          *node    // standalone and Sentinel: the one node
-	nodes         sync.Map // Cluster: master address -> *node
-	probes        sync.WaitGroup
 	refunds       *refunder
 }
 
-func (d *decider) newNode(c scriptClient, poolSize int, ping func(ctx context.Context) error) *node {
-	flying := max(min(d.flying, poolSize), 1)
-	return newNode(&node{c: c, gate: newGate(ping), caller: &d.caller, probes: &d.probes, now: d.now,
-		flying: flying, most: max(flying, min(d.most, poolSize-1))})
+// deciderOptions configures newDecider: the Store's Options with their
+// defaults applied.
+type deciderOptions struct {
+	timeout      time.Duration    // Options.CallTimeout
+	now          func() time.Time // Options.Now
+	flying, most int              // Options.CallsInFlight, MaxCallsInFlight
+	log          *zap.Logger
+}
+
+// newDecider returns the decider of a Store on c.
+func newDecider(c Client, o deciderOptions) *decider {
+	d := &decider{c: c, ns: newNodes(c, o.now, o.flying, o.most), timeout: o.timeout, settleTimeout: o.timeout}
+	d.refunds = newRefunder(d.runDirect, o.log)
+	return d
+}
+
+// warm loads the limiter function library (or the script) on every master.
+func (d *decider) warm(ctx context.Context) error { return d.ns.load(ctx, d.c) }
+
+// close sends the refunds still pending (waiting at most timeout), closes
+// the client and waits for the nodes' probes.
+func (d *decider) close(timeout time.Duration) error {
+	d.refunds.close(timeout)
+	err := d.c.Close()
+	d.ns.wait()
+	return err
 }
 
 // group is the part of one request that one script entry decides: hits
@@ -106,8 +122,7 @@ func (d *decider) decide(ctx context.Context, dl time.Time, groups []*group) (bo
 // run: it is sent once more, to the slot's new master.
 func (d *decider) apply(ctx context.Context, dl time.Time, g *group) error {
 	err := d.run(ctx, dl, g.slot, g.e)
-	if errors.Is(err, errMoved) && d.cluster != nil {
-		d.cluster.ReloadState(ctx)
+	if errors.Is(err, errMoved) && d.ns.reload(ctx) {
 		err = d.run(ctx, dl, g.slot, g.e)
 	}
 	if err != nil {
@@ -120,7 +135,7 @@ func (d *decider) apply(ctx context.Context, dl time.Time, g *group) error {
 // run decides e (of slot) on the node that serves it and waits for it
 // until dl.
 func (d *decider) run(ctx context.Context, dl time.Time, slot int, e *entry) error {
-	n, err := d.nodeFor(ctx, dl, e.keys[0])
+	n, err := d.ns.forKey(ctx, dl, e.keys[0])
 	if err != nil {
 		return err
 	}
@@ -155,16 +170,16 @@ func (d *decider) settle(ctx context.Context, dl time.Time, refund, checks []*gr
 		if !ok {
 			continue
 		}
-		n, err := d.nodeFor(rctx, dl, u.keys[0])
-		if err != nil || over() || n.gate.stalled.Load() {
+		n, err := d.ns.forKey(rctx, dl, u.keys[0])
+		if err != nil || over() || n.stalled() {
 			d.refunds.add(ctx, u)
 			continue
 		}
 		all = append(all, sent{p: n.submit(dl, u, g.slot), e: u})
 	}
 	for _, g := range checks {
-		n, err := d.nodeFor(rctx, dl, g.e.keys[0])
-		if err != nil || over() || n.gate.stalled.Load() {
+		n, err := d.ns.forKey(rctx, dl, g.e.keys[0])
+		if err != nil || over() || n.stalled() {
 			continue
 		}
 		c := *g.e
@@ -189,34 +204,6 @@ func (d *decider) settle(ctx context.Context, dl time.Time, refund, checks []*gr
 	return denies
 }
 
-// nodeFor returns the node that serves key: the one node on a standalone or
-// Sentinel Redis, the slot's master on a Cluster (which may ask a node for
-// the Cluster's slots, until dl unless it is zero).
-func (d *decider) nodeFor(ctx context.Context, dl time.Time, key string) (*node, error) {
-	if d.cluster == nil {
-		return d.node, nil
-	}
-	if !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
-	c, err := d.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: find the master of a slot: %w", limiter.ErrStoreUnavailable, err)
-	}
-	addr := c.Options().Addr
-	if n, ok := d.nodes.Load(addr); ok && n.(*node).c == scriptClient(c) {
-		return n.(*node), nil
-	}
-	n := d.newNode(c, c.Options().PoolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
-	if old, loaded := d.nodes.LoadOrStore(addr, n); loaded && old.(*node).c == scriptClient(c) {
-		return old.(*node), nil
-	}
-	d.nodes.Store(addr, n) // a new client for the address (the cluster reconnected)
-	return n, nil
-}
-
 // runDirect decides es now, bypassing the nodes' queues and gates (the
 // refunder's path): grouped by node, one pipeline per node, in parallel.
 // It returns each entry's error.
@@ -224,7 +211,7 @@ func (d *decider) runDirect(ctx context.Context, es []*entry) []error {
 	errs := make([]error, len(es))
 	byNode := map[*node][]int{}
 	for i, e := range es {
-		n, err := d.nodeFor(ctx, time.Time{}, e.keys[0])
+		n, err := d.ns.forKey(ctx, time.Time{}, e.keys[0])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -234,25 +221,17 @@ func (d *decider) runDirect(ctx context.Context, es []*entry) []error {
 	var wg sync.WaitGroup
 	for n, idx := range byNode {
 		wg.Go(func() {
-			ps := make([]*pending, len(idx))
+			mine, slots := make([]*entry, len(idx)), make([]int, len(idx))
 			for j, i := range idx {
-				ps[j] = &pending{e: es[i], slot: d.slotOf(es[i].keys[0])}
+				mine[j], slots[j] = es[i], d.ns.slotOf(es[i].keys[0])
 			}
-			for j, err := range runEntries(ctx, n.c, n.caller, n.clock(), ps) {
+			for j, err := range n.runNow(ctx, mine, slots) {
 				errs[idx[j]] = err
 			}
 		})
 	}
 	wg.Wait()
 	return errs
-}
-
-// slotOf is key's Cluster slot, 0 on a standalone Redis.
-func (d *decider) slotOf(key string) int {
-	if d.cluster == nil {
-		return 0
-	}
-	return slot(key)
 }
 
 // splitKeys is split with the hits' counter keys (keysOf) already made.
@@ -302,7 +281,7 @@ func (d *decider) splitKeys(hits []limiter.Hit, keys []string) (groups []*group,
 
 // groupOf returns the group of key's slot from *groups, adding it if new.
 func (d *decider) groupOf(groups *[]*group, key string, hits int) *group {
-	sl := d.slotOf(key)
+	sl := d.ns.slotOf(key)
 	for _, g := range *groups {
 		if g.slot == sl {
 			return g

@@ -15,10 +15,13 @@ import (
 )
 
 // holdHook holds every FCALL, once on, until a token or its context's end:
-// a Redis that answers slowly, call by call, under the test's control.
+// a Redis that answers slowly, call by call, under the test's control. Each
+// FCALL it holds is told on held, when held is set (buffered, never blocking
+// the call).
 type holdHook struct {
 	on     atomic.Bool
 	tokens chan struct{}
+	held   chan struct{}
 }
 
 func (h *holdHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -26,6 +29,10 @@ func (h *holdHook) DialHook(next goredis.DialHook) goredis.DialHook { return nex
 func (h *holdHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if h.on.Load() && strings.EqualFold(cmd.Name(), "fcall") {
+			select {
+			case h.held <- struct{}{}:
+			default:
+			}
 			select {
 			case <-h.tokens:
 			case <-ctx.Done():
@@ -43,13 +50,15 @@ func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis
 
 // TestDeadlineHeldInABatch: a decision answers at its own deadline even
 // when its call, shared with a later decision, runs under that decision's
-// later deadline. With one call in flight, A's call is held; B (at 10 ms)
-// and C (at 700 ms) queue behind it; A's call is let go at 800 ms, and B
-// and C share the next call, which is held until C's deadline (1.7 s). B
-// must answer at its own (1.01 s), not at C's.
+// later deadline. With one call in flight, A's call is held; B (its
+// deadline the CallTimeout, 1 s) and C (its caller's, 1.7 s) queue behind
+// it; A's call is let go, and B and C share the next call, which is held
+// until C's deadline. B must answer at its own (1 s), not at C's. The
+// decisions are ordered by synchronisation points (A's call held in Redis,
+// B then C queued on the node), not by sleeping.
 func TestDeadlineHeldInABatch(t *testing.T) {
 	t.Parallel()
-	hook := &holdHook{tokens: make(chan struct{})}
+	hook := &holdHook{tokens: make(chan struct{}), held: make(chan struct{}, 1)}
 	c := goredis.NewClient(&goredis.Options{Addr: redistest.Addr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	c.AddHook(hook)
 	t.Cleanup(func() { _ = c.Close() })
@@ -59,15 +68,14 @@ func TestDeadlineHeldInABatch(t *testing.T) {
 	if _, err := s.Apply(ctx, []limiter.Hit{perMinute("warm", 10)}); err != nil {
 		t.Fatal(err)
 	}
-	for !s.node.idle() {
-		time.Sleep(time.Millisecond)
-	}
+	n := s.d.ns.one
+	deadlineFor(t, 5*time.Second, n.idle, "the warm-up call's lane free")
 	hook.on.Store(true)
 	type answer struct {
 		err  error
 		took time.Duration
 	}
-	decide := func(key string) chan answer {
+	decide := func(ctx context.Context, key string) chan answer {
 		ch := make(chan answer, 1)
 		go func() {
 			start := time.Now()
@@ -76,12 +84,14 @@ func TestDeadlineHeldInABatch(t *testing.T) {
 		}()
 		return ch
 	}
-	a := decide("a")
-	time.Sleep(10 * time.Millisecond)
-	b := decide("b")
-	time.Sleep(690 * time.Millisecond)
-	cc := decide("c")
-	time.Sleep(100 * time.Millisecond)
+	a := decide(ctx, "a")
+	<-hook.held // A's call is in Redis, held
+	b := decide(ctx, "b")
+	deadlineFor(t, 5*time.Second, func() bool { return n.queued() == 1 }, "B queued behind A's call")
+	cctx, cancel := context.WithTimeout(ctx, timeout+700*time.Millisecond)
+	defer cancel()
+	cc := decide(cctx, "c")
+	deadlineFor(t, 5*time.Second, func() bool { return n.queued() == 2 }, "C queued beside B")
 	hook.tokens <- struct{}{} // A's call goes on
 	if got := <-a; got.err != nil {
 		t.Fatalf("A, its call let go before its deadline: %v", got.err)
@@ -98,13 +108,9 @@ func TestDeadlineHeldInABatch(t *testing.T) {
 	}
 	// The node, stalled since a call timed out, is back once its PING is.
 	hook.on.Store(false)
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		_, err := s.Apply(ctx, []limiter.Hit{perMinute("after", 10)})
-		if err == nil {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("decisions did not resume within 5 s of the calls let go: %v", err)
-		}
-	}
+	var err error
+	deadlineFor(t, 5*time.Second, func() bool {
+		_, err = s.Apply(ctx, []limiter.Hit{perMinute("after", 10)})
+		return err == nil
+	}, "decisions resumed after the calls were let go")
 }

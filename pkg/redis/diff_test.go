@@ -293,8 +293,8 @@ func differential(t *testing.T, mode int32, batch int) {
 	var simNow atomic.Int64
 	simNow.Store(1_700_000_000_123)
 	s, c := newTestStore(t, Options{Now: func() time.Time { return time.UnixMilli(simNow.Load()) }})
-	s.caller.mode.Store(mode)
-	if err := s.caller.load(context.Background(), s.node.c); err != nil {
+	s.d.ns.caller.mode.Store(mode)
+	if err := s.d.ns.caller.load(context.Background(), s.d.ns.one.c); err != nil {
 		t.Fatal(err)
 	}
 	m := &diffModel{t: t, c: c, prefix: s.prefix, states: map[identity]limiter.State{}, written: map[identity]diffWrite{}, uncertain: map[identity]bool{}}

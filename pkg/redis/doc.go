@@ -9,26 +9,32 @@
 //
 // # Layers
 //
-// Each layer reaches the one below through a few methods:
+// Each layer reaches the one below through a few methods, never its fields
+// (layers_test.go holds it, file by file):
 //
 //   - store.go composes the others: Store.Apply validates the hits, names
 //     their counters (key.go) and hands a request to the leases or to the
-//     decider.
+//     decider (applyHits); Warm and Close go through the decider's warm
+//     and close. open.go, quota.go and tenants.go stand beside it.
 //   - lease.go, the hot-key tier, decorates the single-hit path: a hot
 //     counter's request is served from permits leased in Redis, or asks for
 //     a lease with its decision (the decider's applyHits).
 //   - cluster.go's decider groups a request's hits by slot, decides the
 //     groups one after another on their nodes, settles a request that one
 //     slot denied and fills the Results; refund.go retries its refunds.
+//     It reaches the nodes through nodes.go's forKey, reload and slotOf and
+//     a node's submit, stalled and runNow.
 //   - node.go is one Redis node: the calls in flight to it (at most
 //     Options.CallsInFlight, up to Options.MaxCallsInFlight while the
 //     oldest is slow (lanes.go), never more than its connection pool), the
 //     decisions that wait meanwhile and share the next call, and gate.go's
-//     stall detection and deadline shedding.
-//   - protocol.go defines the wire layout once (the entries of a call and
-//     its reply, as struct formats) and gives the script the same layout and
-//     limiter's registry as a prelude; reply.go reads a reply against it;
-//     script.go loads and calls the script.
+//     stall detection and deadline shedding; nodes.go finds a key's node.
+//   - the wire, the vocabulary of every layer: protocol.go defines the wire
+//     layout once (the entries of a call and its reply, as struct formats)
+//     and gives the script the same layout and limiter's registry as a
+//     prelude; reply.go reads a reply against it; script.go loads and calls
+//     the script; key.go names counters; client.go is the go-redis client
+//     the Store uses; budget.go the time a decision may take.
 //
 // # Decisions
 //

@@ -2,14 +2,10 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -149,17 +145,4 @@ func (g *gate) probe(ctx context.Context, wg *sync.WaitGroup) {
 			g.replied(time.Now())
 		}
 	})
-}
-
-// isReply reports whether err is an error reply from Redis (the node
-// answered), as opposed to a network error or a timeout.
-func isReply(err error) bool {
-	var re goredis.Error
-	return errors.As(err, &re) && !isTimeout(err)
-}
-
-// isTimeout reports whether err is a deadline or a network timeout.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

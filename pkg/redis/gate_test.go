@@ -64,9 +64,7 @@ func TestShedBeforeRedis(t *testing.T) {
 	// The first decision's flush may still be looping (slow under -race):
 	// wait until no call is in flight, so that each of the 2 calls the node
 	// allows starts with one decision and the rest queue behind them.
-	for !s.node.idle() {
-		time.Sleep(time.Millisecond)
-	}
+	deadlineFor(t, 5*time.Second, s.d.ns.one.idle, "the first call's lane free")
 
 	srv.Pause(t)
 	var wg sync.WaitGroup
@@ -93,17 +91,10 @@ func TestShedBeforeRedis(t *testing.T) {
 	}
 	srv.Resume(t)
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	deadlineFor(t, 5*time.Second, func() bool {
 		_, err := s.Apply(ctx, hit)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("decisions did not resume within 5 s of Redis resuming: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	}, "decisions resumed after Redis resumed")
 	// Scripts run in Redis from the pause on: those sent while it was
 	// paused, at most 2 (the calls in flight; one that had to dial a new
 	// connection waited for its handshake and sent nothing), then the one
@@ -188,7 +179,7 @@ func TestRefundWarnings(t *testing.T) {
 	}
 	dead := l.Addr().String()
 	l.Close()
-	r := newRefunder(New(newClient(t, dead), Options{}).runDirect, zap.New(core))
+	r := newRefunder(New(newClient(t, dead), Options{}).d.runDirect, zap.New(core))
 	defer r.close(0)
 	for i := range 50 {
 		r.add(context.Background(), &entry{kind: kindUndo, keys: []string{"k", "k:u:" + fmt.Sprint(i)},
@@ -217,23 +208,4 @@ func TestRefundWarnings(t *testing.T) {
 	if dropped != 50 {
 		t.Errorf("50 refunds dropped past the horizon, %d counted (warnings and pending count)", dropped)
 	}
-}
-
-// deadlineFor waits until cond holds, failing t with what after d.
-func deadlineFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// idle reports whether n has no call in flight.
-func (n *node) idle() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.active == 0
 }

@@ -116,3 +116,32 @@ func readCounter(t testing.TB, c goredis.UniversalClient, key string) (index int
 	}
 	return i, num(v[1]), num(v[2]), true
 }
+
+// deadlineFor waits until cond holds, failing t with what after d. It polls:
+// a condition it waits for (a free lane, a replica's copy, a probe's PING,
+// a refresh) is the state of another goroutine or process that tells no
+// one, not an ordering the test could make with a synchronisation point.
+func deadlineFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// idle reports whether n has no call in flight.
+func (n *node) idle() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.active == 0
+}
+
+// queued is how many decisions wait on n for a call.
+func (n *node) queued() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.queue)
+}

@@ -227,6 +227,21 @@ func (n *node) send(batch []*pending) {
 	n.gate.leave(start, first)
 }
 
+// stalled reports whether the node is stalled (see gate): a call sent to it
+// now would wait for it to answer a probe first.
+func (n *node) stalled() bool { return n.gate.stalled.Load() }
+
+// runNow decides es (es[i] of slots[i]) now on the node's client under
+// ctx, bypassing its queue and gate (the refunder's path), as runEntries
+// does, and returns each entry's error.
+func (n *node) runNow(ctx context.Context, es []*entry, slots []int) []error {
+	ps := make([]*pending, len(es))
+	for i, e := range es {
+		ps[i] = &pending{e: e, slot: slots[i]}
+	}
+	return runEntries(ctx, n.c, n.caller, n.clock(), ps)
+}
+
 // clock is ARGV[1]: the test clock in Unix ms, or "" for Redis TIME.
 func (n *node) clock() string {
 	if n.now == nil {

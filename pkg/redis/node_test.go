@@ -32,7 +32,7 @@ func runBatch(s *Store, es ...*entry) []error {
 	for i, e := range es {
 		ps[i] = &pending{e: e}
 	}
-	return runEntries(context.Background(), s.node.c, s.node.caller, "", ps)
+	return runEntries(context.Background(), s.d.ns.one.c, s.d.ns.one.caller, "", ps)
 }
 
 // wantAdmitted fails t unless e was admitted with every hit allowed and
@@ -73,7 +73,7 @@ func TestBatchEntryOfManyHits(t *testing.T) {
 		if _, cur, _, _ := readCounter(t, c, big.keys[n-1]); cur != 1 {
 			t.Fatalf("%d hits: the last counter holds %d, want 1", n, cur)
 		}
-		u, changed := s.undoEntry(&group{e: big, replied: true, admitted: true})
+		u, changed := s.d.undoEntry(&group{e: big, replied: true, admitted: true})
 		if !changed {
 			t.Fatal("undo entry changes nothing")
 		}

@@ -37,7 +37,7 @@ func TestClusterRefundsUnderLoad(t *testing.T) {
 				t.Cleanup(func() { deletePrefix(t, admin, prefix) })
 				// Every request must be decided, for the counts to be exact.
 				s := New(newClusterClient(t, addrs), Options{Prefix: prefix, CallTimeout: loadTimeout})
-				s.settleTimeout = 100 * time.Microsecond
+				s.d.settleTimeout = 100 * time.Microsecond
 				req := refundRequest(s, names, hits)
 				var admitted, denied atomic.Int64
 				var wg sync.WaitGroup
@@ -63,7 +63,7 @@ func TestClusterRefundsUnderLoad(t *testing.T) {
 				wg.Wait()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if err := s.refunds.flush(ctx); err != nil {
+				if err := s.d.refunds.flush(ctx); err != nil {
 					t.Fatalf("refunds still pending after 10 s: %v", err)
 				}
 				want := hits * uint64(admitted.Load())
@@ -73,7 +73,7 @@ func TestClusterRefundsUnderLoad(t *testing.T) {
 					got = append(got, cur)
 				}
 				t.Logf("admitted %d, denied %d; counters %v, want %d each; %d refund attempts retried",
-					admitted.Load(), denied.Load(), got, want, s.refunds.retried.Load())
+					admitted.Load(), denied.Load(), got, want, s.d.refunds.retried.Load())
 				if !slices.Equal(got, []uint64{want, want, want}) {
 					t.Errorf("counters [parent sibling tight] = %v after %d admitted requests of hits %d, want %d each",
 						got, admitted.Load(), hits, want)

@@ -1,10 +1,14 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // The reply of a script call, read against the layout of protocol.go.
@@ -121,4 +125,17 @@ func (e *entry) decodeHits(r *reader) {
 			e.kr[k] = keyReply{u1: r.f64(), leased: r.f64()}
 		}
 	}
+}
+
+// isReply reports whether err is an error reply from Redis (the node
+// answered), as opposed to a network error or a timeout.
+func isReply(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && !isTimeout(err)
+}
+
+// isTimeout reports whether err is a deadline or a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

@@ -3,10 +3,8 @@ package redis
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
@@ -21,19 +19,6 @@ import (
 // pkg/ratelimit shortens by a margin to answer when a failure mode
 // answers). A Redis reply also ends at the client's read timeout.
 const DefaultCallTimeout = time.Second
-
-// Client is the part of a go-redis client the Store uses. *goredis.Client,
-// *goredis.ClusterClient and the UniversalClient that Open builds satisfy
-// it. A *goredis.ClusterClient makes the Store group hits by Cluster slot
-// and send each slot's script calls to its master's own client.
-type Client interface {
-	goredis.Scripter
-	FCall(ctx context.Context, function string, keys []string, args ...any) *goredis.Cmd
-	FunctionLoad(ctx context.Context, code string) *goredis.StringCmd
-	Pipeline() goredis.Pipeliner
-	Ping(ctx context.Context) *goredis.StatusCmd
-	Close() error
-}
 
 // DefaultCallsInFlight is Options.CallsInFlight when it is zero: one call
 // at a time per node, every decision that arrives meanwhile in the next.
@@ -131,12 +116,13 @@ type Options struct {
 // It is composed of layers, each reached by the one above through a few
 // methods: the lease tier (leases, lease.go: a decorator on the single-hit
 // path), the decider (cluster.go: slot groups, settling and refunds), the
-// nodes (node.go: coalesced calls, stall detection, deadline shedding) and
-// the wire protocol (protocol.go), around one script (lua/).
+// nodes (node.go, nodes.go: coalesced calls, stall detection, deadline
+// shedding) and the wire protocol (protocol.go), around one script (lua/).
 type Store struct {
 	c      Client
 	prefix string
-	*decider
+	now    func() time.Time // Options.Now
+	d      *decider
 	leases *leases // nil when off
 }
 
@@ -152,37 +138,24 @@ func New(c Client, o Options) *Store {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	d := &decider{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight, most: o.MaxCallsInFlight}
-	d.cluster, _ = c.(*goredis.ClusterClient)
-	if d.timeout <= 0 {
-		d.timeout = DefaultCallTimeout
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
 	}
-	d.settleTimeout = d.timeout
-	if d.flying <= 0 {
-		d.flying = DefaultCallsInFlight
+	if o.CallsInFlight <= 0 {
+		o.CallsInFlight = DefaultCallsInFlight
 	}
-	if d.most <= 0 {
-		d.most = DefaultMaxCallsInFlight
+	if o.MaxCallsInFlight <= 0 {
+		o.MaxCallsInFlight = DefaultMaxCallsInFlight
 	}
-	if d.cluster == nil {
-		poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default
-		if sc, ok := c.(*goredis.Client); ok {
-			poolSize = sc.Options().PoolSize
-		}
-		d.node = d.newNode(c, poolSize, func(ctx context.Context) error { return c.Ping(ctx).Err() })
-	}
-	d.refunds = newRefunder(d.runDirect, log)
+	d := newDecider(c, deciderOptions{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight,
+		most: o.MaxCallsInFlight, log: log})
 	clock := time.Now
 	if o.Now != nil {
 		clock = o.Now
 	}
-	return &Store{c: c, prefix: cleanPrefix(o.Prefix), decider: d,
+	return &Store{c: c, prefix: cleanPrefix(o.Prefix), now: o.Now, d: d,
 		leases: newLeases(leaseOptions{rate: o.LeaseRate, span: o.LeaseSpan, clock: clock, run: d.runDirect, log: log})}
 }
-
-// PingTimeout bounds Ping. It is no shorter than a decision's default
-// CallTimeout, so a busy but healthy Redis does not make readiness flap.
-const PingTimeout = time.Second
 
 // Ping checks that Redis answers, for readiness probes. Its error wraps
 // limiter.ErrStoreUnavailable.
@@ -203,22 +176,11 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Warm(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	var err error
-	if s.cluster != nil {
-		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
-			return s.caller.load(ctx, n)
-		})
-	} else {
-		err = s.caller.load(ctx, s.c)
-	}
-	if err != nil {
+	if err := s.d.warm(ctx); err != nil {
 		return fmt.Errorf("%w: load limiter script: %w", limiter.ErrStoreUnavailable, err)
 	}
 	return nil
 }
-
-// closeRefundTimeout bounds how long Close waits for refunds still pending.
-const closeRefundTimeout = time.Second
 
 // Close gives back the unspent permits of its leases and sends the refunds
 // still pending (waiting at most a second each; refunds it could not send are
@@ -226,10 +188,7 @@ const closeRefundTimeout = time.Second
 // called after Close.
 func (s *Store) Close() error {
 	s.leases.close(closeRefundTimeout)
-	s.refunds.close(closeRefundTimeout)
-	err := s.c.Close()
-	s.probes.Wait()
-	return err
+	return s.d.close(closeRefundTimeout)
 }
 
 // Apply implements limiter.Store: it evaluates every hit, each by its
@@ -284,9 +243,9 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 	}
 	keys := s.keysOf(hits)
 	if s.leases != nil && len(hits) == 1 && leasable(hits[0]) {
-		return s.leases.apply(ctx, hits, keys, s.decider)
+		return s.leases.apply(ctx, hits, keys, s.d)
 	}
-	results, _, err := s.applyHits(ctx, hits, keys, 0)
+	results, _, err := s.d.applyHits(ctx, hits, keys, 0)
 	return results, err
 }
 
@@ -295,7 +254,7 @@ func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result
 // that the enforced quota hits are in more than one group; their flags then
 // say shadow instead of quota (see Apply).
 func (s *Store) split(hits []limiter.Hit) (groups []*group, quotaSplit bool) {
-	return s.splitKeys(hits, s.keysOf(hits))
+	return s.d.splitKeys(hits, s.keysOf(hits))
 }
 
 // keysOf returns the counter key of each hit.

@@ -102,7 +102,7 @@ func runAt(t testing.TB, s *Store, now int64, es ...*entry) {
 	for i, e := range es {
 		ps[i] = &pending{e: e}
 	}
-	for i, err := range runEntries(context.Background(), s.node.c, s.node.caller, strconv.FormatInt(now, 10), ps) {
+	for i, err := range runEntries(context.Background(), s.d.ns.one.c, s.d.ns.one.caller, strconv.FormatInt(now, 10), ps) {
 		if err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
@@ -144,7 +144,7 @@ func TestUndoLateRefund(t *testing.T) {
 				t.Fatalf("refund of 10 over 2 in the current window: %+v -> %+v, undo tokens more %v: want older hits taken, with their tokens",
 					before, after, g.e.kr[0].more)
 			}
-			u, ok := s.undoEntry(g)
+			u, ok := s.d.undoEntry(g)
 			if !ok {
 				t.Fatal("undoEntry: nothing to take back")
 			}
@@ -183,7 +183,7 @@ func TestUndoSlots(t *testing.T) {
 	if got, _ := readState(t, c, s.prefix, id); len(got.Slots) != 2*4 {
 		t.Fatalf("after acquiring 3 and releasing 1: %v, want 4 slots", got.Slots)
 	}
-	u, ok := s.undoEntry(g)
+	u, ok := s.d.undoEntry(g)
 	if !ok {
 		t.Fatal("undoEntry: nothing to take back")
 	}
