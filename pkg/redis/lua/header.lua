@@ -117,7 +117,7 @@ local ALG = {}
 
 -- FIELDS is what an algorithm's table may hold (a library being loaded
 -- may not call pairs, so register copies these by name).
-local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'inflight', 'like' }
+local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'inflight', 'like', 'hit', 'fits' }
 
 -- register makes A the algorithm of the config spelling name, with the
 -- traits limiter's registry gives it (lease). With variant, A is the
