@@ -4,9 +4,13 @@
 -- its clock (F_BOUND each, after the key's F_SPEC: limiter.Calendar.Bounds),
 -- since Lua has no zone database; the script counts in the period that holds
 -- its own clock, so every instance agrees whatever its clock. The state,
--- load, consume and undo are the fixed window's. One local, CAL, holds the
--- functions: the script's main chunk is near Lua's 200 locals.
-local CAL = { load = fixedLoad, parse = fixedParse, consume = fixedConsume, undo = fixedUndo }
+-- load, consume and undo are the fixed window's. The functions are fields
+-- of the variant, CAL, a local of this block only: the script's main chunk
+-- is at Lua's 200 locals.
+register('fixed_window', { load = fixedLoad, parse = fixedParse, consume = fixedConsume, undo = fixedUndo }, 'cal')
+do
+local CAL = ALG[ALGORITHMS.fixed_window.number].cal
+CAL.lease = false -- a lease's window cannot name a period
 
 -- bounds reads a key's n period starts at p of the specs: the key's N.
 function CAL.bounds(specs, p, n)
@@ -84,5 +88,4 @@ function CAL.store(key, _, B, i, c, _, oi, oc, _, exists)
   redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', max(CAL.left(B, i) + max(now, i) - now, 1)))
 end
 
-register('fixed_window', CAL, 'cal')
-CAL.lease = false -- a lease's window cannot name a period
+end

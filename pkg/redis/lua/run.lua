@@ -62,7 +62,7 @@ local function readSpecs(specs, nk)
         error('sluice: unknown algorithm ' .. a)
       end
       if A.cal and N > 0 then
-        A, N, p = A.cal, CAL.bounds(specs, p, N)
+        A, N, p = A.cal, A.cal.bounds(specs, p, N)
       elseif A.sub and N > 1 then
         A = A.sub
       elseif A.inflight then
