@@ -219,7 +219,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	if len(hits) == 0 {
 		return d, nil
 	}
-	results, err := s.apply(ctx, hits)
+	results, err := s.apply(ctx, hits, s.failureMode(d) != descriptors.FailureModeError)
 	if err != nil {
 		return s.failure(d, err)
 	}

@@ -20,12 +20,21 @@
 local FL2_REFUND, FL2_SHADOW, FL2_EXCEEDS, FL2_QUOTA = 2 * FL_REFUND, 2 * FL_SHADOW, 2 * FL_EXCEEDS, 2 * FL_QUOTA
 local FL2_OVERDRAW, FL2_COUNTDENIED, FL2_SLOT, FL2_CEILING = 2 * FL_OVERDRAW, 2 * FL_COUNTDENIED, 2 * FL_SLOT, 2 * FL_CEILING
 
--- bind binds the library functions the hot path calls and resolves the
--- algorithms registered like others, on the first call.
+-- bind binds the library functions the hot path calls, runs each
+-- algorithm's own bind (what its file binds on the first call) and
+-- resolves the algorithms registered like others, on the first call.
 local function bind()
   spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
   fmt, sub, byte = string.format, string.sub, string.byte
-  SUBZERO = string.rep('\0', 8 * 64)
+  for n = 0, NALGORITHMS - 1 do
+    local A = ALG[n]
+    if A and A.bind then
+      A.bind()
+    end
+    if A and A.sub and A.sub.bind then
+      A.sub.bind()
+    end
+  end
   resolve()
 end
 
@@ -326,7 +335,7 @@ local function oneEntry(KEYS, prog, p)
   end
   local A = KA[k]
   if A.hit then
-    local r, t = A.hit(k, L, n, C)
+    local r, t = A.hit(k, L, n, B, C)
     if r then
       return p + Z_HITTAIL, spack(F_FIRSTSHORT, 1, 1, 0, r, t)
     end
@@ -395,7 +404,7 @@ local function plainEntry(KEYS, prog, p, count, nout)
     local A = KA[k]
     local r, t
     if admitted and A.hit then
-      r, t = A.hit(k, L, hn[h], hC[h])
+      r, t = A.hit(k, L, hn[h], B, hC[h])
     end
     if not r then
       local w, N = KW[k], KN[k]
