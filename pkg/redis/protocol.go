@@ -34,7 +34,8 @@ const (
 	fmtSpec = "<BdB"
 	// fmtBound is one start of a calendar period (limiter.Calendar.Bounds:
 	// around the caller's clock), Unix ms; the script counts in the one
-	// holding its own clock.
+	// holding its own clock. Not in layout: the script reads it as the
+	// literal '<d', its main chunk being at Lua's limit of 200 locals.
 	fmtBound = "<d"
 	// fmtEntry starts an entry: its kind (kindApply, kindCheck, kindUndo,
 	// with the bits kindFull and kindLease) and its count: the hits of an
@@ -163,7 +164,7 @@ var layout = []struct {
 	lua   string
 	value any // a format string or a number
 }{
-	{"F_SPEC", fmtSpec}, {"F_BOUND", fmtBound}, {"F_ENTRY", fmtEntry}, {"F_HIT", fmtHit}, {"F_UNDO", fmtUndo}, {"F_UNDOKEY", fmtUndoKey},
+	{"F_SPEC", fmtSpec}, {"F_ENTRY", fmtEntry}, {"F_HIT", fmtHit}, {"F_UNDO", fmtUndo}, {"F_UNDOKEY", fmtUndoKey},
 	{"F_NOW", fmtNow}, {"F_ADMITTED", fmtAdmitted}, {"F_HITFULL", fmtHitFull}, {"F_HITSHORT", fmtHitShort},
 	{"F_KEYFULL", fmtKeyFull}, {"F_UNDOMORE", fmtUndoMore}, {"F_KEYLEASE", fmtKeyLease}, {"F_UNDONE", fmtUndone},
 	{"F_MESSAGE", fmtMessage},

@@ -1,7 +1,7 @@
 -- fixed_window on a calendar (limiter.Limit.Calendar; calendar.go): the
 -- fixed window's counter, its i the start of a calendar period (Unix ms)
 -- instead of a window index. Go gives the starts of four periods around
--- its clock (F_BOUND each, after the key's F_SPEC: limiter.Calendar.Bounds),
+-- its clock (fmtBound each, after the key's F_SPEC: limiter.Calendar.Bounds),
 -- since Lua has no zone database; the script counts in the period that holds
 -- its own clock, so every instance agrees whatever its clock. The state,
 -- load, consume and undo are the fixed window's. The functions are fields
@@ -16,7 +16,7 @@ CAL.lease = false -- a lease's window cannot name a period
 function CAL.bounds(specs, p, n)
   local B = {}
   for j = 1, n do
-    B[j], p = sunpack(F_BOUND, specs, p)
+    B[j], p = sunpack('<d', specs, p) -- fmtBound: not a prelude local, the chunk is at Lua's 200
   end
   return B, p
 end
