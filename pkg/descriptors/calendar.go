@@ -70,3 +70,8 @@ func showCalendar(l *Limit) any {
 	}
 	return []KeyValue{{"time_zone", l.TimeZone}, {"resets", l.calendar.Unit.String()}}
 }
+
+// Shares reports whether pkg/rlqs can divide l among Envoy holders: its
+// algorithm's Traits say so and it has no calendar, whose periods a
+// holder's share, granted per window, cannot follow.
+func (l *Limit) Shares() bool { return l.Algorithm.Traits().Shares && l.TimeZone == "" }
