@@ -234,7 +234,14 @@ func BenchmarkScriptSteady(b *testing.B) {
 	}
 	s := benchStore(b)
 	ctx := context.Background()
-	if err := s.Warm(ctx); err != nil {
+	// Under callgrind on a busy host, loading the library may outlast
+	// Warm's PingTimeout: a load that timed out is tried again (the
+	// library is the same, so one that did land is taken as loaded).
+	err := s.Warm(ctx)
+	for try := 1; err != nil && try < 10; try++ {
+		err = s.Warm(ctx)
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	rdb := newClient(b, redistest.Addr(b))
