@@ -117,13 +117,20 @@ type Limit struct {
 	// every other limit. It is limiter.Limit.Ceiling: not part of the
 	// counter's identity.
 	Ceiling uint16
+	// TimeZone is rate_limit.calendar.time_zone, a Sluice addition: a
+	// fixed_window of unit day, week or month that resets at the start of
+	// each calendar period in this IANA zone (limiter.Limit.Calendar); ""
+	// when unset. Part of the counter's identity.
+	TimeZone string
+	// calendar is the loaded calendar of TimeZone and Unit.
+	calendar limiter.Calendar
 }
 
 // Store returns the limiter.Limit that counts l: its rate, window and
 // algorithm with its parameters.
 func (l *Limit) Store() limiter.Limit {
 	return limiter.Limit{Requests: uint64(l.RequestsPerUnit), Window: l.Window(), Algorithm: l.Algorithm,
-		Burst: uint64(l.Burst), SubWindows: l.SubWindows, Ceiling: l.Ceiling}
+		Burst: uint64(l.Burst), SubWindows: l.SubWindows, Ceiling: l.Ceiling, Calendar: l.calendar}
 }
 
 // CeilingRequests is the requests_per_unit that responses name for l: for

@@ -426,6 +426,15 @@ func rateLimitKeySpecs() []KeySpec {
 			rl:         scalar(func(rl *RateLimitNode) *Field[bool] { return &rl.Overdraw }, boolValue),
 			buildLimit: (*builder).overdraw,
 			limit:      limitShow(func(l *Limit) any { return shownIf(l.Overdraw, l.Overdraw != nil) })},
+		{Level: LevelRateLimit, Name: "calendar", Addition: true,
+			Doc: "with " + limiter.FixedWindow.String() + " and unit day, week or month: `{time_zone: Europe/Berlin}` resets the count at " +
+				"the start of each calendar day, ISO week (Monday) or month in that zone, however long (23 or 25 hours across a DST change)",
+			rl: scalar(func(rl *RateLimitNode) *Field[*CalendarNode] { return &rl.Calendar },
+				func(p *decoder, depth int) func(field, string) (*CalendarNode, bool) {
+					return func(f field, path string) (*CalendarNode, bool) { return p.calendar(f.val, path, depth) }
+				}),
+			buildLimit: (*builder).calendar,
+			limit:      limitShow(showCalendar)},
 	}
 }
 

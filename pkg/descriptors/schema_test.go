@@ -80,6 +80,8 @@ descriptors:
     plans:
       pro: {rate_limits: [{unit: minute, requests_per_unit: 10000}, {unit: month, requests_per_unit: 1000000}]}
       staff: {rate_limit: {unlimited: true}}
+  - key: quota
+    rate_limit: {unit: month, requests_per_unit: 1000, algorithm: fixed_window, calendar: {time_zone: Europe/Berlin}}
 `)}}
 
 // TestEveryKeyReadAndShown: every key of the schema is read onto the

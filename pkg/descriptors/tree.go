@@ -187,6 +187,9 @@ type RateLimitNode struct {
 	SubWindows Field[uint32]
 	// Overdraw is overdraw (a Sluice addition).
 	Overdraw Field[bool]
+	// Calendar is calendar (a Sluice addition): a fixed_window's reset on
+	// the calendar; nil when the YAML gives null.
+	Calendar Field[*CalendarNode]
 }
 
 // ReplaceNode is one entry of rate_limit.replaces.

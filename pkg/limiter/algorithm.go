@@ -170,7 +170,7 @@ type algorithm interface {
 	// Ceiling (Limit.Capacity applies it).
 	capacity(l Limit) uint64
 	// roll returns s as seen at nowMs. It may read l only through the
-	// counter's identity (Window, Algorithm), since every hit on a counter
+	// counter's identity (Window, Algorithm, Calendar), since every hit on a counter
 	// must roll its State alike (and the Lua read step sees no Requests).
 	roll(s State, nowMs int64, l Limit) State
 	// decide reports whether n more hits fit under l on the rolled s, and if
@@ -225,7 +225,8 @@ type algorithm interface {
 //     which the bucket is full again, is At + N1/N2 ms: At whole ms, N1 the
 //     fraction in units of 1/N2 ms, N2 the refill's denominator (see
 //     token.go).
-//   - fixed_window: At the window index, N1 the count.
+//   - fixed_window: At the window index (with a Calendar, the period's
+//     start in Unix ms), N1 the count.
 //   - sliding_log: Slots holds the Unix ms time of every counted hit
 //     still in the window, ascending, one element per hit.
 //   - concurrency: Slots holds two elements per slot still in the window,

@@ -169,6 +169,7 @@ func groupLeaders(hits []Hit, leader []int) []int {
 				// costs a call per pair.
 				o := &hits[j]
 				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key &&
+					o.Limit.Calendar == h.Limit.Calendar &&
 					(o.Limit.SubWindows == h.Limit.SubWindows || o.Limit.SubWindowCount() == h.Limit.SubWindowCount()) {
 					leader[i] = j
 					break
@@ -196,10 +197,11 @@ type counterID struct {
 	window time.Duration
 	alg    Algorithm
 	sub    uint8 // Limit.SubWindowCount()
+	cal    Calendar
 }
 
 func idOf(h Hit) counterID {
-	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm, sub: uint8(h.Limit.SubWindowCount())}
+	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm, sub: uint8(h.Limit.SubWindowCount()), cal: h.Limit.Calendar}
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

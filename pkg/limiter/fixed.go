@@ -14,7 +14,11 @@ import (
 // window boundary, which is why it is not the default. Its Lua twin is
 // pkg/redis/lua/fixed.lua.
 //
-// Its State: At is the window index i = floor(now_ms / w), N1 the count.
+// With a Calendar (calendar.go), the windows are the calendar's periods
+// instead: a day, ISO week or month in its time zone.
+//
+// Its State: At is the window index i = floor(now_ms / w), or with a
+// Calendar the period's start in Unix ms; N1 the count.
 type fixedWindow struct{}
 
 // validate: a fixed window takes no parameter (its Traits say so).
@@ -28,6 +32,9 @@ func (fixedWindow) denialsHold() bool { return true }
 // later window (the clock stepped back) is kept and seen from the start of
 // its window.
 func (fixedWindow) roll(s State, nowMs int64, l Limit) State {
+	if l.Calendar.Unit != CalendarNone {
+		return calendarRoll(l.Calendar, s, nowMs)
+	}
 	index := floorDiv(nowMs, l.Window.Milliseconds())
 	if s.At == index || s.At > index && s.N1 != 0 {
 		return s
@@ -41,8 +48,7 @@ func (fixedWindow) decide(s State, nowMs int64, l Limit, n uint64) (bool, int64)
 	if float64(float64(s.N1)+float64(n)) <= float64(l.CeilingOf(l.Requests)) {
 		return true, 0
 	}
-	w := l.Window.Milliseconds()
-	return false, w - elapsed(nowMs, w, s.At)
+	return false, fixedLeft(s, nowMs, l)
 }
 
 // consume adds inc, saturating at MaxCount, then takes dec, never below 0:
@@ -58,8 +64,7 @@ func (fixedWindow) consume(s State, _ int64, _ Limit, c change) State {
 func (fixedWindow) report(s State, nowMs int64, l Limit, allowed bool) (uint64, int64) {
 	var reset int64
 	if s.N1 > 0 {
-		w := l.Window.Milliseconds()
-		reset = w - elapsed(nowMs, w, s.At)
+		reset = fixedLeft(s, nowMs, l)
 	}
 	if !allowed {
 		return 0, reset
@@ -75,5 +80,17 @@ func (fixedWindow) expires(s State, l Limit) int64 {
 	if s.N1 == 0 {
 		return math.MinInt64
 	}
+	if l.Calendar.Unit != CalendarNone {
+		return l.Calendar.Next(s.At)
+	}
 	return (s.At + 1) * l.Window.Milliseconds()
+}
+
+// fixedLeft is the time until s's window (or calendar period) ends.
+func fixedLeft(s State, nowMs int64, l Limit) int64 {
+	if l.Calendar.Unit != CalendarNone {
+		return calendarLeft(l.Calendar, s.At, nowMs)
+	}
+	w := l.Window.Milliseconds()
+	return w - elapsed(nowMs, w, s.At)
 }

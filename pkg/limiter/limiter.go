@@ -75,6 +75,12 @@ type Limit struct {
 	// the classes of one pool share its counter; see CeilingOf for the
 	// rounding. With a Ceiling, Requests and Burst must be at most MaxCount.
 	Ceiling uint16
+	// Calendar makes a FixedWindow count per calendar day, ISO week or
+	// month in a time zone (LoadCalendar) instead of per epoch-aligned
+	// Window; Window stays the unit's length, the RetryAfter of a hit over
+	// the limit itself. Part of the counter's identity. The zero value is
+	// none; Validate refuses it on any other algorithm.
+	Calendar Calendar
 }
 
 // MaxCeiling is the largest Limit.Ceiling, the whole limit, in permille.
@@ -135,6 +141,11 @@ func (l Limit) Validate() error {
 		// Above 2^52 the Lua twin's doubles could not take the share exactly.
 		return fmt.Errorf("limiter: ceiling: a ceiling on %d requests and a burst of %d: both must be at most 2^52", l.Requests, l.Burst)
 	}
+	if l.Calendar != (Calendar{}) && (l.Algorithm != FixedWindow || l.Calendar.Zone == nil ||
+		l.Calendar.Unit == CalendarNone || int(l.Calendar.Unit) >= len(calendarUnitNames)) {
+		return fmt.Errorf("limiter: calendar: %v on %v: only a fixed_window with a unit (day, week, month) and a zone has a calendar",
+			l.Calendar.Unit, l.Algorithm)
+	}
 	t := algorithms[l.Algorithm].Traits
 	switch {
 	case l.Burst != 0 && !t.Burst:
@@ -191,7 +202,7 @@ func (l Limit) Capacity() uint64 {
 // Hit asks for Hits units of one Limit on the counter named by Key.
 //
 // The counter's identity is (Key, Limit.Window, Limit.Algorithm,
-// Limit.SubWindowCount()): two hits with the same Key but different windows
+// Limit.SubWindowCount(), Limit.Calendar): two hits with the same Key but different windows
 // count separately, and hits that differ only in Requests, Burst, Overdraw,
 // CountDenied or Ceiling share one counter. Key is opaque to the
 // store; any bytes are allowed, the empty string included. The zero Hit

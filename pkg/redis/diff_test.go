@@ -28,14 +28,15 @@ type identity struct {
 	w   time.Duration
 	alg limiter.Algorithm
 	sub int64
+	cal limiter.Calendar
 }
 
 func idOf(h limiter.Hit) identity {
-	return identity{h.Key, h.Limit.Window, h.Limit.Algorithm, h.Limit.SubWindowCount()}
+	return identity{h.Key, h.Limit.Window, h.Limit.Algorithm, h.Limit.SubWindowCount(), h.Limit.Calendar}
 }
 
 func (id identity) limit() limiter.Limit {
-	return limiter.Limit{Window: id.w, Algorithm: id.alg, SubWindows: uint8(id.sub)}
+	return limiter.Limit{Window: id.w, Algorithm: id.alg, SubWindows: uint8(id.sub), Calendar: id.cal}
 }
 
 // readState reads a counter's State back from Redis, as its algorithm's Lua
@@ -209,6 +210,8 @@ func stateTTL(id identity, s limiter.State, nowMs int64) time.Duration {
 	case id.alg == limiter.SlidingWindow:
 		e := max(nowMs-s.At*w, 0) // 0 when the clock stepped back into an earlier window
 		return time.Duration(2*w-e) * time.Millisecond
+	case id.alg == limiter.FixedWindow && id.cal.Unit != limiter.CalendarNone:
+		return time.Duration(id.cal.Next(s.At)-nowMs) * time.Millisecond
 	case id.alg == limiter.FixedWindow:
 		return time.Duration((s.At+1)*w-nowMs) * time.Millisecond
 	case id.alg == limiter.TokenBucket:
@@ -417,6 +420,24 @@ func randomRequest(rng *rand.Rand) []limiter.Hit {
 	return hits
 }
 
+// diffCalendars are the calendars of randomLimit's fixed windows: days
+// across DST changes, weeks and months, in zones east and west of UTC.
+var diffCalendars = func() []limiter.Calendar {
+	var cs []limiter.Calendar
+	for _, z := range []struct {
+		u    limiter.CalendarUnit
+		zone string
+	}{{limiter.CalendarDay, "Europe/Berlin"}, {limiter.CalendarWeek, "UTC"}, {limiter.CalendarMonth, "America/New_York"},
+		{limiter.CalendarDay, "Australia/Lord_Howe"}} {
+		c, err := limiter.LoadCalendar(z.u, z.zone)
+		if err != nil {
+			panic(err)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}()
+
 // randomLimit adds random algorithm parameters to l (sub-windows, a burst)
 // and brings a Requests that its algorithm refuses into range.
 func randomLimit(rng *rand.Rand, l limiter.Limit) limiter.Limit {
@@ -442,6 +463,10 @@ func randomLimit(rng *rand.Rand, l limiter.Limit) limiter.Limit {
 	case limiter.SlidingLog, limiter.Concurrency:
 		l.Requests = min(l.Requests, limiter.MaxLogRequests)
 		return l
+	case limiter.FixedWindow:
+		if rng.IntN(3) == 0 {
+			l.Calendar = diffCalendars[rng.IntN(len(diffCalendars))]
+		}
 	}
 	switch rng.IntN(7) {
 	case 0, 1:

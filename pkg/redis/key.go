@@ -23,7 +23,9 @@ const MaxPlainKey = 256
 //	prefix "{" algorithm ":" window_ms ":k:" escaped(Key) "}"   escaped Key of at most MaxPlainKey bytes
 //	prefix "{" algorithm ":" window_ms ":h:" hex(sha256(Key)) "}" otherwise
 //
-// for example "sluice:{swd50:60000:k:\x03api...}". algorithm is the
+// for example "sluice:{swd50:60000:k:\x03api...}". A fixed window on a
+// calendar has "@" and its name after window_ms ("fwd:2592000000@month@Europe/Berlin"),
+// part of its identity: a zone name holds no brace or colon. algorithm is the
 // algorithm's code (limiter.Traits.Code), followed by packedLayout when the
 // counter is a packed string (limiter.Traits.Packed, and every counter of
 // N > 1 sub-windows) and, for N > 1 sub-windows, N ("swd20"), since N is
@@ -55,6 +57,10 @@ func counterKey(prefix string, h limiter.Hit) string {
 	b.WriteByte(':')
 	var num [20]byte
 	b.Write(strconv.AppendInt(num[:0], h.Limit.Window.Milliseconds(), 10))
+	if c := h.Limit.Calendar.Name(); c != "" {
+		b.WriteByte('@')
+		b.WriteString(c)
+	}
 	if hashed {
 		sum := sha256.Sum256([]byte(h.Key))
 		var hx [2 * sha256.Size]byte

@@ -127,11 +127,11 @@ func newLeases(o leaseOptions) *leases {
 // class, whose meanings need Redis: a denied hit that counts must reach the
 // counter, and a class's ceiling is of the pool's count at the decision,
 // which other classes move) of an algorithm that leases
-// (limiter.Traits.Lease: the fixed and sliding windows), whose hits fit the
-// limit.
+// (limiter.Traits.Lease: the fixed and sliding windows; not on a calendar,
+// whose periods the lease's window cannot name), whose hits fit the limit.
 func leasable(h limiter.Hit) bool {
 	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && h.Limit.Ceiling == 0 &&
-		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease
+		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease && h.Limit.Calendar.Unit == limiter.CalendarNone
 }
 
 // take counts a decision on key and, when key holds permits for h's hits,

@@ -322,7 +322,7 @@ func batchCalls(ps []*pending, order []int, now string) []call {
 		for x := range es {
 			es[x] = ps[order[i+x]].e
 		}
-		keys, specs, prog := encode(es)
+		keys, specs, prog := encode(es, now)
 		calls = append(calls, call{order: order[i:j], es: es, keys: keys, args: []any{now, specs, prog}})
 		i = j
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
@@ -27,8 +28,15 @@ import (
 const (
 	// fmtSpec is a key's identity beside it: the algorithm (limiter's
 	// number; markerAlgorithm for a marker), the window in ms and the
-	// sub-windows (limiter.Limit.SubWindowCount).
+	// sub-windows (limiter.Limit.SubWindowCount). A fixed window on a
+	// calendar (limiter.Limit.Calendar) has no sub-windows: its last byte is
+	// limiter.CalendarBounds instead, and that many fmtBound follow it.
 	fmtSpec = "<BdB"
+	// fmtBound is one start of a calendar period (limiter.Calendar.Bounds:
+	// around the caller's clock), Unix ms; the script counts in the one
+	// holding its own clock. Not in layout: the script reads it as the
+	// literal '<d', its main chunk being at Lua's limit of 200 locals.
+	fmtBound = "<d"
 	// fmtEntry starts an entry: its kind (kindApply, kindCheck, kindUndo,
 	// with the bits kindFull and kindLease) and its count: the hits of an
 	// apply or check, the counters of an undo.
@@ -240,6 +248,7 @@ type keySpec struct {
 	alg    byte
 	window float64 // ms
 	subs   byte
+	cal    limiter.Calendar // a fixed window's calendar; none for the others
 }
 
 // hitArg is one hit of an entry (fmtHit). The numbers are the doubles the
@@ -274,12 +283,18 @@ type keyReply struct {
 }
 
 func specOf(l limiter.Limit) keySpec {
-	return keySpec{alg: byte(l.Algorithm), window: float64(l.Window.Milliseconds()), subs: byte(l.SubWindowCount())}
+	return keySpec{alg: byte(l.Algorithm), window: float64(l.Window.Milliseconds()), subs: byte(l.SubWindowCount()), cal: l.Calendar}
 }
 
 // encode returns the KEYS, the key specs (ARGV[2]) and the entries
-// (ARGV[3]) of one script call deciding es, which share a slot.
-func encode(es []*entry) (keys []string, specs, prog []byte) {
+// (ARGV[3]) of one script call deciding es, which share a slot; now is
+// the call's ARGV[1], the clock around which a calendar's bounds are
+// given ("" for this process's).
+func encode(es []*entry, now string) (keys []string, specs, prog []byte) {
+	nowMs, err := strconv.ParseInt(now, 10, 64)
+	if err != nil {
+		nowMs = time.Now().UnixMilli()
+	}
 	n, size := 0, 0
 	for _, e := range es {
 		n += len(e.keys)
@@ -307,7 +322,7 @@ func encode(es []*entry) (keys []string, specs, prog []byte) {
 			if j < 0 {
 				j = len(keys)
 				keys = append(keys, k)
-				specs = appendSpec(specs, e.specs[i])
+				specs = appendSpec(specs, e.specs[i], nowMs)
 				if index != nil {
 					index[k] = j
 				}
@@ -319,11 +334,18 @@ func encode(es []*entry) (keys []string, specs, prog []byte) {
 	return keys, specs, prog
 }
 
-// appendSpec appends s as fmtSpec.
-func appendSpec(b []byte, s keySpec) []byte {
+// appendSpec appends s as fmtSpec, and a calendar's fmtBound around nowMs.
+func appendSpec(b []byte, s keySpec, nowMs int64) []byte {
 	b = append(b, s.alg)
 	b = appendF(b, s.window)
-	return append(b, s.subs)
+	if s.cal.Unit == limiter.CalendarNone {
+		return append(b, s.subs)
+	}
+	b = append(b, limiter.CalendarBounds)
+	for _, x := range s.cal.Bounds(nowMs) {
+		b = appendF(b, float64(x))
+	}
+	return b
 }
 
 func appendF(b []byte, f float64) []byte {

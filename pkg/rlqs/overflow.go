@@ -56,7 +56,7 @@ func (s *Service) bindOverflow(st *stream, b *bucket, cfg *descriptors.Config, d
 	}
 	key := ratelimit.CounterKey(dom.Name, entries, rule)
 	for _, l := range rule.Limits {
-		if !l.Algorithm.Traits().Shares {
+		if !l.Shares() {
 			continue
 		}
 		g := s.groupOf(st, key, suffix, l)

@@ -107,8 +107,9 @@ type bucket struct {
 
 // bind resolves b's policy in cfg from its bucket id and attaches it to the
 // groups of its rule's shared limits, one per limit whose algorithm can be
-// shared (limiter.Traits.Shares: a concurrency limit counts requests in
-// flight, which Envoy does not report, so it has none). It
+// shared (descriptors.Limit.Shares: a concurrency limit counts requests in
+// flight, which Envoy does not report, and a calendar quota's periods are
+// not windows a share can be granted for, so neither has one). It
 // returns the claims of the groups b left that no bucket of the stream
 // counts in any more, to release.
 func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *descriptors.Domain, id map[string]string) []limiter.Claim {
@@ -118,7 +119,7 @@ func (s *Service) bind(st *stream, b *bucket, cfg *descriptors.Config, dom *desc
 	if b.policy == policyShare {
 		key := ratelimit.CounterKey(dom.Name, entries, rule)
 		for _, l := range rule.Limits {
-			if l.Algorithm.Traits().Shares {
+			if l.Shares() {
 				gs = append(gs, s.groupOf(st, key, "", l))
 			}
 		}
@@ -183,7 +184,7 @@ func (s *Service) policyOf(rule *descriptors.Rule) policy {
 		if l.RequestsPerUnit == 0 {
 			return policyDeny
 		}
-		shared = shared || l.Algorithm.Traits().Shares
+		shared = shared || l.Shares()
 	}
 	if !shared {
 		return policyAllow // requests in flight only: nothing Envoy can enforce

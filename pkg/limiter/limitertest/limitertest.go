@@ -72,6 +72,8 @@ func TestStore(t *testing.T, newStore func(t *testing.T, now func() time.Time) l
 		{"SubWindows", testSubWindows},
 		{"TokenBucket", testTokenBucket},
 		{"FixedWindow", testFixedWindow},
+		{"CalendarAcrossDST", testCalendarAcrossDST},
+		{"CalendarMonth", testCalendarMonth},
 		{"SlidingLog", testSlidingLog},
 		{"Concurrency", testConcurrency},
 		{"AlgorithmsAreSeparateCounters", testAlgorithmsAreSeparateCounters},
@@ -111,6 +113,7 @@ type counterID struct {
 	window time.Duration
 	alg    limiter.Algorithm
 	sub    int64
+	cal    limiter.Calendar
 }
 
 func newEnv(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) *env {
@@ -199,7 +202,7 @@ func (e *env) expectExact(hits []limiter.Hit, want ...limiter.Result) {
 }
 
 func idOf(h limiter.Hit) counterID {
-	return counterID{h.Key, h.Limit.Window, h.Limit.Algorithm, h.Limit.SubWindowCount()}
+	return counterID{h.Key, h.Limit.Window, h.Limit.Algorithm, h.Limit.SubWindowCount(), h.Limit.Calendar}
 }
 
 func describe(hits []limiter.Hit) string {
@@ -679,6 +682,49 @@ func testFixedWindow(t *testing.T, e *env) {
 	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(10_000)})
 	e.clk.Advance(ms(10_000))
 	e.expect([]limiter.Hit{hit(k, l, 3)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: ms(60_000)})
+}
+
+// calendarLimit is a fixed window of requests per calendar unit in Berlin.
+func calendarLimit(t *testing.T, u limiter.CalendarUnit, requests uint64, window time.Duration) (limiter.Limit, *time.Location) {
+	c, err := limiter.LoadCalendar(u, "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return limiter.Limit{Requests: requests, Window: window, Algorithm: limiter.FixedWindow, Calendar: c}, c.Zone
+}
+
+// testCalendarAcrossDST: a daily quota in Berlin resets at each midnight,
+// the day of the spring DST change lasting 23 hours and the next 24.
+func testCalendarAcrossDST(t *testing.T, e *env) {
+	l, berlin := calendarLimit(t, limiter.CalendarDay, 2, 24*time.Hour)
+	k := e.key("a")
+	e.clk.Set(time.Date(2026, 3, 28, 23, 30, 0, 0, berlin))
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: 30 * time.Minute})
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: 30 * time.Minute, ResetAfter: 30 * time.Minute})
+	e.clk.Advance(30 * time.Minute) // 29 March, 00:00: a day of 23 hours
+	e.expect([]limiter.Hit{hit(k, l, 2)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: 23 * time.Hour})
+	e.clk.Advance(23*time.Hour - time.Second)
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: time.Second, ResetAfter: time.Second})
+	e.clk.Advance(time.Second) // 30 March, 00:00
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 1, ResetAfter: 24 * time.Hour})
+}
+
+// testCalendarMonth: a monthly quota in Berlin spent on 31 January is
+// denied until midnight, then has February's 28 days; an epoch-aligned
+// fixed window of the same key and window counts apart.
+func testCalendarMonth(t *testing.T, e *env) {
+	l, berlin := calendarLimit(t, limiter.CalendarMonth, 1, 30*24*time.Hour)
+	k := e.key("a")
+	e.clk.Set(time.Date(2026, 1, 31, 23, 59, 59, 0, berlin))
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: time.Second})
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{RetryAfter: time.Second, ResetAfter: time.Second})
+	plain := l
+	plain.Calendar = limiter.Calendar{}
+	if r := e.apply(hit(k, plain, 1)); !r[0].Allowed {
+		t.Fatalf("epoch-aligned window on the calendar quota's key: %+v, want a counter of its own", r[0])
+	}
+	e.clk.Advance(time.Second)
+	e.expect([]limiter.Hit{hit(k, l, 1)}, limiter.Result{Allowed: true, Remaining: 0, ResetAfter: 28 * 24 * time.Hour})
 }
 
 // testSlidingLog: exact; a hit leaves the window exactly one window later.

@@ -131,7 +131,8 @@ local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store'
 
 -- register makes A the algorithm of the config spelling name, with the
 -- traits limiter's registry gives it (lease). With variant, A is the
--- variant of N > 1 sub-windows of that algorithm. A may name, as like,
+-- variant of N > 1 sub-windows of that algorithm (true), or the one named
+-- by variant ('cal'). A may name, as like,
 -- another algorithm whose functions it takes for those it lacks (resolved
 -- on the first call, so that the files may come in any order).
 local function register(name, A, variant)
@@ -143,7 +144,7 @@ local function register(name, A, variant)
   local R = ALG[t.number] or {}
   ALG[t.number] = R
   if variant then
-    R.sub = A
+    R[variant == true and 'sub' or variant] = A -- 'cal': on a calendar
     return
   end
   for i = 1, #FIELDS do

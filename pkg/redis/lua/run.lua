@@ -55,8 +55,8 @@ end
 
 -- readSpecs reads the nk keys' F_SPEC: each key's algorithm (its variant
 -- for N > 1 sub-windows; the logs' N says whether entries are slots named
--- by tokens), window and sub-windows, and clears what the call reads of its
--- keys.
+-- by tokens), window and sub-windows (a calendar's bounds instead: its
+-- variant, fixed_calendar.lua), and clears what the call reads of its keys.
 local function readSpecs(specs, nk)
   local p = 1
   for k = 1, nk do
@@ -70,7 +70,9 @@ local function readSpecs(specs, nk)
       if not A then
         error('sluice: unknown algorithm ' .. a)
       end
-      if A.sub and N > 1 then
+      if A.cal and N > 0 then
+        A, N, p = A.cal, A.cal.bounds(specs, p, N)
+      elseif A.sub and N > 1 then
         A = A.sub
       elseif A.inflight then
         N = 1
