@@ -112,6 +112,13 @@ type Limit struct {
 	// default (the --overdraw setting) decides. Never true for sliding_log
 	// or concurrency.
 	Overdraw *bool
+	// Cache is rate_limit.cache, a Sluice addition: the limit is decided in
+	// process from its counter's last shared count plus this instance's
+	// hits since, synced with the store every period, and through the store
+	// near the limit (limiter.Limit.Cache). nil when unset: the domain's
+	// cache, else the service's default (the --cache setting), decides.
+	// Never true for concurrency or a pool's class, which stay exact.
+	Cache *bool
 	// Ceiling is, on the limit of a pool's class, the class's ceiling in
 	// permille of the pool (classes.ceilings[].ceiling, 1 to 1000); 0 on
 	// every other limit. It is limiter.Limit.Ceiling: not part of the

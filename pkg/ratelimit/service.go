@@ -51,6 +51,11 @@ type Options struct {
 	// that cannot (sliding_log, concurrency) and pools' classes ignore it:
 	// a shed request consumes nothing.
 	CountDenied bool
+	// Cache is the limiter cache of every limit whose config and domain do
+	// not say (descriptors.Limit.Cache, descriptors.Domain.Cache): its hits
+	// carry limiter.Limit.Cache, for a limiter.Cache in the Store to decide
+	// in process. Concurrency limits and pools' classes ignore it.
+	Cache bool
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -202,7 +207,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	hits := plan(&d, req, sc, counting{overdraw: s.opts.Overdraw, countDenied: s.opts.CountDenied})
+	hits := plan(&d, req, sc, counting{overdraw: s.opts.Overdraw, countDenied: s.opts.CountDenied, cache: s.opts.Cache})
 	defer func() { clear(hits); sc.hits = hits[:0] }()
 	if len(hits) == 0 {
 		return d, nil
