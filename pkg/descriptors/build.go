@@ -156,7 +156,7 @@ func (b *builder) document(doc *Document) *Domain {
 		if mode, ok := ParseFailureMode(f.Value); ok {
 			d.FailureMode = mode
 		} else {
-			b.errorAt(f.Pos, "failure_mode", "unknown failure_mode %s (want error, allow or deny)", quote(f.Value))
+			b.errorAt(f.Pos, "failure_mode", "unknown failure_mode %s (want error, allow, deny or local)", quote(f.Value))
 		}
 	}
 	if f := doc.Cache; state(b, f, "cache") == FieldSet {

@@ -155,11 +155,15 @@ const (
 	FailureModeAllow
 	// FailureModeDeny answers OVER_LIMIT for every limited descriptor.
 	FailureModeDeny
+	// FailureModeLocal decides in process, each instance with the limits
+	// divided by the live instances, until the store answers again.
+	FailureModeLocal
 )
 
-var failureModeNames = [...]string{"", "error", "allow", "deny"}
+var failureModeNames = [...]string{"", "error", "allow", "deny", "local"}
 
-// String returns the config spelling of m ("error", "allow", "deny"), and
+// String returns the config spelling of m ("error", "allow", "deny",
+// "local"), and
 // "" for FailureModeUnset.
 func (m FailureMode) String() string {
 	if int(m) < len(failureModeNames) {
@@ -168,8 +172,8 @@ func (m FailureMode) String() string {
 	return fmt.Sprintf("failure_mode(%d)", uint8(m))
 }
 
-// ParseFailureMode returns the FailureMode spelled s ("error", "allow" or
-// "deny", case-insensitively), and false for anything else, "" included.
+// ParseFailureMode returns the FailureMode spelled s ("error", "allow",
+// "deny" or "local", case-insensitively), and false for anything else, "" included.
 func ParseFailureMode(s string) (FailureMode, bool) {
 	s = strings.ToLower(s)
 	for m := FailureModeError; int(m) < len(failureModeNames); m++ {

@@ -268,7 +268,7 @@ func domainKeys() []KeySpec {
 			domain: built[*Domain]{show: func(d *Domain) any { return d.Rules }}},
 		{Level: LevelDomain, Name: "failure_mode", Addition: true,
 			Doc: "what the domain answers when the store fails: `error` (gRPC UNAVAILABLE, for Envoy's failure_mode_deny to decide), " +
-				"`allow` or `deny`; unset, `--failure-mode`",
+				"`allow`, `deny` or `local` (decide in process with the limit divided by the live instances until the store answers); unset, `--failure-mode`",
 			doc: scalar(func(d *Document) *Field[string] { return &d.FailureMode }, strValue),
 			domain: built[*Domain]{show: func(d *Domain) any {
 				return shownIf(d.FailureMode.String(), d.FailureMode != FailureModeUnset)
