@@ -186,3 +186,38 @@ func TestCacheFailedSyncKeepsPending(t *testing.T) {
 		t.Errorf("store remaining = %d, want %d", res[0].Remaining, want)
 	}
 }
+
+// TestLocalShare: each instance's share of a limit is the limit divided by
+// the instances, rounded up.
+func TestLocalShare(t *testing.T) {
+	clock := testclock.New(time.UnixMilli(1_700_000_040_000))
+	for _, tc := range []struct {
+		name      string
+		instances int
+		limit     uint64
+		want      int
+	}{
+		{"alone", 1, 10, 10},
+		{"three", 3, 30, 10},
+		{"rounded up", 3, 10, 4},
+		{"never below one", 5, 1, 1},
+		{"none counted as one", 0, 10, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := limiter.NewLocal(limiter.LocalOptions{Now: clock.Now, Instances: func() int { return tc.instances }})
+			got := 0
+			for range 2 * tc.limit {
+				r, err := limiter.Allow(context.Background(), l, "k", limiter.Limit{Requests: tc.limit, Window: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Allowed {
+					got++
+				}
+			}
+			if got != tc.want {
+				t.Errorf("admitted %d of %d, want %d", got, 2*tc.limit, tc.want)
+			}
+		})
+	}
+}

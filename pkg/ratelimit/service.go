@@ -56,6 +56,10 @@ type Options struct {
 	// carry limiter.Limit.Cache, for a limiter.Cache in the Store to decide
 	// in process. Concurrency limits and pools' classes ignore it.
 	Cache bool
+	// Local decides the requests of a domain whose failure mode is
+	// FailureModeLocal while the Store fails (limiter.Local: each limit
+	// divided among the instances); nil answers them as FailureModeError.
+	Local limiter.Store
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -73,6 +77,7 @@ type Service struct {
 	errObs    []ErrorObserver // the Observers that are also ErrorObservers
 
 	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
+	localSince   atomic.Int64 // UnixNano of the first local decision since the store last answered, 0 for none
 	suppressed   atomic.Int64 // degraded answers not logged since
 	scratch      sync.Pool    // *scratch, reused per call
 }
@@ -213,6 +218,11 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		return d, nil
 	}
 	results, err := s.apply(ctx, hits)
+	if err != nil && s.local(d.Domain) {
+		results, err = s.applyLocal(ctx, &d, hits, err)
+	} else if err == nil && s.localSince.Load() != 0 {
+		s.localSince.Store(0) // the store answers again
+	}
 	if err != nil {
 		return s.failure(d, err)
 	}
