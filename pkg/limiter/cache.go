@@ -150,6 +150,16 @@ func (c *Cache) Stats() CacheStats {
 	return CacheStats{Decided: c.decided.Load(), Near: c.near.Load(), Syncs: c.syncs.Load(), SyncedHits: c.synced.Load()}
 }
 
+// Len is how many counters the Cache holds; 0 for a nil Cache.
+func (c *Cache) Len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
 // cacheable reports whether h may be decided by a Cache.
 func cacheable(h *Hit) bool {
 	return h.Limit.Cache && !h.Refund && !(h.Quota && !h.Shadow) && h.Limit.Ceiling == 0 && !h.Limit.Algorithm.Traits().InFlight

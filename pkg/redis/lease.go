@@ -128,9 +128,11 @@ func newLeases(o leaseOptions) *leases {
 // counter, and a class's ceiling is of the pool's count at the decision,
 // which other classes move) of an algorithm that leases
 // (limiter.Traits.Lease: the fixed and sliding windows), whose hits fit the
-// limit.
+// limit. A hit of a cached limit (limiter.Limit.Cache) is not leased: it
+// reaches the store only near its limit, where the limiter cache wants the
+// store's exact answer.
 func leasable(h limiter.Hit) bool {
-	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && h.Limit.Ceiling == 0 &&
+	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && !h.Limit.Cache && h.Limit.Ceiling == 0 &&
 		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease
 }
 
