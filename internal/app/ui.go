@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
-	"time"
 	"net/http"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/internal/statuspage"
