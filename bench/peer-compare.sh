@@ -29,9 +29,14 @@
 # The peer is built with `go install github.com/envoyproxy/ratelimit/src/service_cmd@$PEER_VERSION`
 # into $CACHE (outside the repository; never committed) unless already there.
 #
+# With CALL_TIMEOUT=20ms every call carries that gRPC deadline, as Envoy's
+# filter timeout sets it: the table's errors then count the calls that
+# ended in an error or past the deadline (DeadlineExceeded), as a share of
+# the calls ("error share"), with the codes in the JSON lines.
+#
 # Environment: RUNS (3), DURATION (8s), WARMUP (2s), CONC ("1 16 64"),
 # DESCS ("1 3"), KEYS (10000 values per descriptor key), PEER_VERSION
-# (latest), CACHE (~/.cache/sluice-bench), SLUICE_FLAGS (extra flags for
+# (latest), CALL_TIMEOUT (5s: none to speak of), CACHE (~/.cache/sluice-bench), SLUICE_FLAGS (extra flags for
 # Sluice), HOT (1: run the hot key part; 0: skip), HOT_FLAGS (extra flags
 # for Sluice in the hot key run), FIXED (0; 1: also sluice-fixed), OUT
 # (bench/out/peer-compare.jsonl).
@@ -48,10 +53,11 @@ summarize() { # file: medians per service, concurrency and descriptors, and rati
 	($all | group_by([.c, .d, .svc]) | map({c: .[0].c, d: .[0].d, svc: .[0].svc, n: length,
 		dps: (map(.decisions_per_s) | median), p50: (map(.p50_us) | median), p99: (map(.p99_us) | median),
 		p999: (map(.p999_us) | median), svc_cpu: (map(.svc_cpu_us) | median), redis_cpu: (map(.redis_cpu_us) | median),
-		calls: (map(.redis_calls) | median), cmds: (map(.redis_cmds) | median), errors: (map(.errors) | add)})) as $m |
-	"| c | descriptors | service | decisions/s | p50 ms | p99 ms | p99.9 ms | service CPU µs/decision | Redis CPU µs/decision | Redis calls/decision | Redis commands/decision | errors |",
-	"| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-	($m[] | "| \(.c) | \(.d) | \(.svc) (n=\(.n)) | \(r(.dps; 0)) | \(r(.p50/1000; 2)) | \(r(.p99/1000; 2)) | \(r(.p999/1000; 2)) | \(r(.svc_cpu; 1)) | \(r(.redis_cpu; 2)) | \(r(.calls; 3)) | \(r(.cmds; 3)) | \(.errors) |"),
+		calls: (map(.redis_calls) | median), cmds: (map(.redis_cmds) | median), errors: (map(.errors) | add),
+		share: ((map(.errors) | add) / (map(.decisions) | add) * 100)})) as $m |
+	"| c | descriptors | service | decisions/s | p50 ms | p99 ms | p99.9 ms | service CPU µs/decision | Redis CPU µs/decision | Redis calls/decision | Redis commands/decision | errors | error share % |",
+	"| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+	($m[] | "| \(.c) | \(.d) | \(.svc) (n=\(.n)) | \(r(.dps; 0)) | \(r(.p50/1000; 2)) | \(r(.p99/1000; 2)) | \(r(.p999/1000; 2)) | \(r(.svc_cpu; 1)) | \(r(.redis_cpu; 2)) | \(r(.calls; 3)) | \(r(.cmds; 3)) | \(.errors) | \(r(.share; 3)) |"),
 	"",
 	(["sluice", "sluice-fixed"][] as $name | select(any($m[]; .svc == $name)) |
 	"\($name) / peer, medians of the same run:",
@@ -78,7 +84,7 @@ fi
 
 OUT=${OUT:-bench/out/peer-compare.jsonl}
 RUNS=${RUNS:-3} DURATION=${DURATION:-8s} WARMUP=${WARMUP:-2s} CONC=${CONC:-"1 16 64"} DESCS=${DESCS:-"1 3"}
-KEYS=${KEYS:-10000} PEER_VERSION=${PEER_VERSION:-latest} HOT=${HOT:-1} FIXED=${FIXED:-0}
+KEYS=${KEYS:-10000} PEER_VERSION=${PEER_VERSION:-latest} CALL_TIMEOUT=${CALL_TIMEOUT:-5s} HOT=${HOT:-1} FIXED=${FIXED:-0}
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-bench}
 read -r -a sluice_flags <<<"${SLUICE_FLAGS:-}"
 read -r -a hot_flags <<<"${HOT_FLAGS:-}"
@@ -165,7 +171,7 @@ measure() {
 	[ "$svc" != peer ] && flags=("${sluice_flags[@]}")
 	[ "$svc" = sluice-fixed ] && config=bench/loadtest-fixed.yaml
 	start "$svc" "$config" "$svc$run$c$d:" "${flags[@]}"
-	local lg=(-target "$svc_addr" -concurrency "$c" -descriptors "$d" -keys "$KEYS" -seed "$run")
+	local lg=(-target "$svc_addr" -concurrency "$c" -descriptors "$d" -keys "$KEYS" -seed "$run" -call-timeout "$CALL_TIMEOUT")
 	"$tmp/loadgen" "${lg[@]}" -duration "$WARMUP" >/dev/null
 	local load t0 r0 s0 a0 t1 r1 s1 a1
 	load=$(cut -d' ' -f1 /proc/loadavg)
@@ -180,6 +186,7 @@ measure() {
 		--arg load "$load" --arg peer "$peer_mod" --arg rev "$sluice_rev" --arg flags "${flags[*]}" '
 		{svc: $svc, run: $run, c: .concurrency, d: .descriptors, keys: .keys, elapsed_s: .elapsed_s,
 		 decisions: .requests, decisions_per_s: .decisions_per_s, errors: .error_total, over_limit: .over_limit,
+		 call_timeout_ms: .call_timeout_ms, errors_by_code: .errors,
 		 p50_us: .latency_us.p50, p99_us: .latency_us.p99, p999_us: .latency_us.p99_9,
 		 svc_cpu_us: ($dt / $hz * 1e6 / .requests), redis_cpu_us: (($r1 - $r0) * 1e6 / .requests),
 		 redis_calls: ((if $svc == "peer" then $da else $ds end) / .requests), redis_cmds: ($da / .requests),

@@ -39,5 +39,5 @@ callgrind_control -i on "$vg" >/dev/null
 bench "$CALLS"
 callgrind_control -d "$vg" >/dev/null
 callgrind_control -i off "$vg" >/dev/null
-ir=$(cat "$tmp"/cg.out* | awk '/^summary:/ {s += $2} END {print s}')
+ir=$(cat "$tmp"/cg.out* | awk '/^summary:/ {s += $2} END {printf "%.0f\n", s}')
 echo "$((ir / (CALLS * BATCH))) instructions per decision ($CALLS calls of $BATCH requests of $HITS descriptors, $KEYS counters)"

@@ -54,6 +54,7 @@ type options struct {
 	Duration    time.Duration // measured time, after Warmup
 	Requests    int64         // measured requests; 0 means no cap
 	Warmup      time.Duration // unmeasured time before Duration
+	CallTimeout time.Duration // gRPC deadline of each call
 	Descriptors int           // descriptors per request
 	EntryKeys   []string      // entry key of descriptor i is EntryKeys[i%len]
 	Keys        int           // distinct values per entry key
@@ -114,6 +115,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured run time after the warmup (warmup+duration at most 10m)")
 	fs.Int64Var(&o.Requests, "requests", 0, "stop after this many measured requests (0 = no cap; without -duration the run is capped at 10m)")
 	fs.DurationVar(&o.Warmup, "warmup", 0, "unmeasured time before the measured run")
+	fs.DurationVar(&o.CallTimeout, "call-timeout", 5*time.Second, "gRPC deadline of each call, as Envoy's filter timeout (20ms by default) sets it; a call past it counts as a DeadlineExceeded error")
 	fs.IntVar(&o.Descriptors, "descriptors", 1, "descriptors per request (1..64)")
 	keys := fs.String("entry-keys", "d0,d1,d2,d3", "comma-separated entry keys; descriptor i uses the i-th, cycling")
 	fs.IntVar(&o.Keys, "keys", 1000, "distinct values per entry key (key cardinality)")
@@ -172,6 +174,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("-connections %d: want at least one per -target (%d)", o.Connections, len(o.Targets))
 	case o.Duration <= 0:
 		return fmt.Errorf("-duration %v: want > 0", o.Duration)
+	case o.CallTimeout <= 0:
+		return fmt.Errorf("-call-timeout %v: want > 0", o.CallTimeout)
 	case o.Warmup < 0:
 		return fmt.Errorf("-warmup %v: want >= 0", o.Warmup)
 	case o.Warmup+o.Duration > maxRunTime:

@@ -26,6 +26,9 @@ type Report struct {
 	HitsAddend  uint64  `json:"hits_addend,omitempty"`
 	WarmupSec   float64 `json:"warmup_s"`
 	ElapsedSec  float64 `json:"elapsed_s"` // measured wall time
+	// CallTimeoutMS is each call's gRPC deadline; the calls that ended
+	// past it are Errors["DeadlineExceeded"].
+	CallTimeoutMS float64 `json:"call_timeout_ms"`
 
 	// Requests is every measured call that completed or failed; it equals
 	// Decisions + ErrorTotal.
@@ -67,7 +70,7 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 		Target: o.Target, Mode: "closed", Concurrency: o.Concurrency, Connections: o.Connections,
 		Descriptors: o.Descriptors, Keys: o.Keys, Skew: o.Skew, OverShare: o.OverShare,
 		Domain: o.Domain, HitsAddend: o.HitsAddend, WarmupSec: o.Warmup.Seconds(),
-		ElapsedSec: elapsed.Seconds(), Errors: map[string]int64{},
+		ElapsedSec: elapsed.Seconds(), CallTimeoutMS: float64(o.CallTimeout) / float64(time.Millisecond), Errors: map[string]int64{},
 	}
 	if o.Rate > 0 {
 		r.Mode, r.Rate = "open", o.Rate
@@ -112,7 +115,7 @@ func (r *Report) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "target      %s (%d connections), domain %q, %s\n", r.Target, r.Connections, r.Domain, mode)
 	fmt.Fprintf(w, "requests    %d descriptors each, %d keys %s, over-limit share %g\n", r.Descriptors, r.Keys, skew, r.OverShare)
-	fmt.Fprintf(w, "measured    %.2fs after %.2fs warmup\n", r.ElapsedSec, r.WarmupSec)
+	fmt.Fprintf(w, "measured    %.2fs after %.2fs warmup, each call's deadline %gms\n", r.ElapsedSec, r.WarmupSec, r.CallTimeoutMS)
 	fmt.Fprintf(w, "decisions   %d (%.0f/s, %.0f descriptors/s) of %d calls\n", r.Decisions, r.DecisionsPerSec, r.DescriptorsPerSec, r.Requests)
 	fmt.Fprintf(w, "outcomes    OK %d (%s), OVER_LIMIT %d (%s), UNKNOWN %d, errors %d (%s)\n",
 		r.OK, pct(r.OK, r.Requests), r.OverLimit, pct(r.OverLimit, r.Requests), r.Unknown, r.ErrorTotal, pct(r.ErrorTotal, r.Requests))

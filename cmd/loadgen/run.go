@@ -17,10 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// callTimeout bounds one call, so that a stalled server cannot keep a run
-// from stopping; it shows up as DeadlineExceeded errors.
-const callTimeout = 5 * time.Second
-
 // tally is what one worker saw in the measured part of the run.
 type tally struct {
 	ok, over, unknown int64
@@ -77,14 +73,14 @@ func (w *worker) fill() {
 // call sends the current request; it records the outcome and the latency
 // since due when measure is true.
 //
-// The call's deadline is callTimeout alone, not the end of the run: a call
+// The call's deadline is -call-timeout alone, not the end of the run: a call
 // sent in the last milliseconds of a run would otherwise carry a tiny
 // grpc-timeout, which the server can see expire before the client does, and
 // fail fast in a loop, counting thousands of DeadlineExceeded that say
 // nothing about the server. A call in flight at the end finishes (calls
 // take milliseconds); the run then ends.
 func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.o.CallTimeout)
 	resp, err := w.client.ShouldRateLimit(cctx, w.req)
 	cancel()
 	lat := time.Since(due)

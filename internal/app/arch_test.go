@@ -14,8 +14,8 @@ import (
 var floors = map[string]int{
 	"pkg/limiter": 1, "internal/shortval": 1, "internal/version": 1,
 	"pkg/descriptors": 2,
-	"pkg/ratelimit":   3,
-	"pkg/rls":         4, "pkg/rlqs": 4, "pkg/redis": 4, "pkg/xdsconfig": 4, "internal/statuspage": 4,
+	"pkg/ratelimit":   3, "pkg/tenants": 3,
+	"pkg/rls": 4, "pkg/rlqs": 4, "pkg/redis": 4, "pkg/xdsconfig": 4, "internal/statuspage": 4,
 	"internal/settings": 5,
 	"internal/source":   6,
 	"internal/app":      7,

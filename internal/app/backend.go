@@ -98,6 +98,7 @@ func redisSettings(set *settings.Settings) redis.Settings {
 		WriteTimeout:                set.RedisWrite,
 		CallTimeout:                 set.StoreTimeout,
 		CallsInFlight:               set.RedisInFlight,
+		MaxCallsInFlight:            set.RedisMaxFlight,
 		LeaseRate:                   float64(set.RedisLeaseRate),
 		LeaseSpan:                   set.RedisLeaseSpan,
 		Prefix:                      set.RedisPrefix,

@@ -58,6 +58,8 @@ func cli(ctx context.Context, args, environ []string, getenv func(string) string
 		switch args[0] {
 		case "check":
 			return check(args[1:], stdout, stderr)
+		case "tenants":
+			return tenantsCmd(ctx, args[1:], getenv, stdout, stderr) // tenantscmd.go
 		case "version":
 			fmt.Fprintf(stdout, "sluice %s\n", versionString())
 			return 0

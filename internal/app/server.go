@@ -97,6 +97,7 @@ type server struct {
 	httpLn   net.Listener
 	extra    []extraListener // the debug and metrics listeners, when set
 	stopping atomic.Bool
+	tenants  tenantPart // the tenant tables and their cache (tenants.go)
 }
 
 // hooks change what the settings select, for tests; the zero hooks change
@@ -388,6 +389,7 @@ func (srv *server) serve(ctx context.Context) error {
 		defer bgWG.Done()
 		srv.config.Run(bg)
 	}()
+	srv.runTenants(bg, &bgWG)
 	srv.startListeners(&wg, errc)
 
 	var err error

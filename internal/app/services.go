@@ -34,6 +34,10 @@ func (srv *server) newServices() error {
 		}
 		observers = append(observers, pm)
 	}
+	tenantLookup, err := srv.newTenants() // tenants.go
+	if err != nil {
+		return err
+	}
 	srv.core = ratelimit.New(ratelimit.Options{
 		Store:       srv.store.store,
 		Logger:      srv.log.Named("ratelimit"),
@@ -47,6 +51,7 @@ func (srv *server) newServices() error {
 		CountDenied:    s.CountDenied,
 		Cache:          s.Cache && srv.store.cache != nil,
 		Local:          srv.store.local,
+		Tenants:        tenantLookup,
 	})
 	srv.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_since_seconds",
 		Help: "When failure mode local began deciding in process because the store failed (Unix seconds); 0 while the store answers."},

@@ -61,6 +61,7 @@ type Settings struct {
 	RedisCluster    string
 	RedisPoolSize   int
 	RedisInFlight   int
+	RedisMaxFlight  int
 	RedisLeaseRate  int
 	RedisLeaseSpan  time.Duration
 	RedisDial       time.Duration
@@ -114,6 +115,8 @@ type Settings struct {
 	TracingSettings    // tracing.go
 	// RLQS are the rate limit quota service's settings (rlqs.go).
 	RLQS RLQSSettings
+	// Tenants are the tenant tables' settings (tenants.go).
+	Tenants TenantSettings
 
 	headers rls.HeaderSet // parsed ResponseHeaders
 	// healthNeeds* are the parsed Healthcheck.
@@ -166,6 +169,7 @@ func (s *Settings) table() []setting {
 		{"redis-cluster-addrs", "comma-separated Redis Cluster seed host:port addresses", "", &s.RedisCluster},
 		{"redis-pool-size", "connections per Redis node (0: 10 per CPU); script calls use --redis-calls-in-flight of them, the rest serve refunds, lease give-backs and probes", "0", &s.RedisPoolSize},
 		{"redis-calls-in-flight", "most script calls in flight per Redis node: the decisions that arrive meanwhile share the next call (raise it when Redis's round trip is much longer than a call)", strconv.Itoa(redis.DefaultCallsInFlight), &s.RedisInFlight},
+		{"redis-max-calls-in-flight", "most script calls in flight per Redis node while the oldest is slow (out 4 round trips, at least 1ms): the decisions queued behind it go in a call of their own (at least --redis-calls-in-flight, less than --redis-pool-size)", strconv.Itoa(redis.DefaultMaxCallsInFlight), &s.RedisMaxFlight},
 		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", strconv.Itoa(redis.DefaultLeaseRate), &s.RedisLeaseRate},
 		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains); a longer span saves calls but lets one instance hold more of the limit, up to 1s", durationText(redis.DefaultLeaseSpan), &s.RedisLeaseSpan},
 		{"redis-dial-timeout", "timeout to open one Redis connection", durationText(redis.DefaultDialTimeout), &s.RedisDial},
@@ -198,7 +202,7 @@ func (s *Settings) table() []setting {
 		{"sub-windows", fmt.Sprintf("sub_windows of every sliding_window limit that sets none, 1 to %d (each dividing its window into whole milliseconds)", limiter.MaxSubWindows), strconv.Itoa(limiter.DefaultSubWindows), &s.SubWindows},
 		{"token-bucket-burst", "burst of every token_bucket limit that sets none, as a share of its requests_per_unit (rounded up): 100% holds one window's worth, 200% two", "100%", &s.TokenBucketBurst},
 		{"overlay", "policy overlay: a YAML file or directory (watched) in the config format, selecting rules of the config in force by domain and descriptor patterns and setting what a RateLimitConfig cannot carry (algorithm, rate_limits, classes, failure_mode, ...)", "", &s.Overlay},
-		{"store-timeout", "deadline of every store call (under Envoy's 20ms filter timeout; a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
+		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 5ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis (a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
 		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
 		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
 		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", strconv.Itoa(limiter.DefaultMaxCounters), &s.MaxCounters},
@@ -223,7 +227,7 @@ func (s *Settings) table() []setting {
 // allSettings is table with the xDS source's settings (xds.go) and
 // the quota service's (rlqs.go).
 func (s *Settings) allSettings() []setting {
-	return append(append(s.table(), s.XDS.table()...), s.RLQS.table()...)
+	return append(append(append(s.table(), s.XDS.table()...), s.RLQS.table()...), s.Tenants.table()...)
 }
 
 // durationText is a default duration as the settings table writes it:
@@ -451,6 +455,9 @@ func (s *Settings) validate() error {
 	if err := s.XDS.validate(); err != nil {
 		return err
 	}
+	if err := s.Tenants.validate(); err != nil {
+		return err
+	}
 	if err := s.RLQS.validate(); err != nil {
 		return err
 	}
@@ -523,6 +530,9 @@ const maxPoolSize = 10000
 func (s *Settings) validateRedis() error {
 	if s.RedisInFlight < 1 || s.RedisInFlight > maxPoolSize {
 		return fmt.Errorf("--redis-calls-in-flight: %d must be 1 to %d", s.RedisInFlight, maxPoolSize)
+	}
+	if s.RedisMaxFlight < 1 || s.RedisMaxFlight > maxPoolSize {
+		return fmt.Errorf("--redis-max-calls-in-flight: %d must be 1 to %d", s.RedisMaxFlight, maxPoolSize)
 	}
 	if s.RedisLeaseRate < 0 {
 		return fmt.Errorf("--redis-lease-rate: %d must be 0 (off) or more", s.RedisLeaseRate)

@@ -280,7 +280,7 @@ func (b *builder) rule(n *Node, path, prefix string, lineage []*Rule, depth int)
 		}
 	}
 	r.Children = b.descriptors(n.Descriptors, path+".descriptors", r.FullKey+".", r.Lineage, depth+1)
-	if n.RateLimit == nil && n.RateLimits.State == FieldAbsent && len(r.Children) == 0 && n.Classes == nil {
+	if n.RateLimit == nil && n.RateLimits.State == FieldAbsent && len(r.Children) == 0 && n.Classes == nil && r.TenantsFrom == "" {
 		b.warnAt(n.Pos, path, "no rate_limit and no descriptors: a request that matches here is never limited")
 	}
 	if n.Classes != nil {
@@ -606,12 +606,27 @@ func (r *Rule) LimitName(domain string, l *Limit) string {
 // LimitSuffix tells l apart from r's other Limits in names and metric
 // labels: "" for a rule with one limit, else "/" and l's window, and "/"
 // and its algorithm when another limit of r has the same window.
-func (r *Rule) LimitSuffix(l *Limit) string {
-	if len(r.Limits) < 2 {
+func (r *Rule) LimitSuffix(l *Limit) string { return limitSuffix(l, r.Limits) }
+
+// LimitNameAmong is LimitName for l, one of limits, the limits the rule
+// counts for a tenant (Rule.TenantLimits) rather than its own.
+func (r *Rule) LimitNameAmong(domain string, l *Limit, limits []*Limit) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return strings.TrimPrefix(r.FullKey, domain+".") + LimitSuffixAmong(l, limits)
+}
+
+// LimitSuffixAmong is LimitSuffix for l, one of limits, the limits a rule
+// counts for a tenant (Rule.TenantLimits) rather than its own.
+func LimitSuffixAmong(l *Limit, limits []*Limit) string { return limitSuffix(l, limits) }
+
+func limitSuffix(l *Limit, limits []*Limit) string {
+	if len(limits) < 2 {
 		return ""
 	}
 	suffix := "/" + windowName(l)
-	for _, o := range r.Limits {
+	for _, o := range limits {
 		if o != l && o.Window() == l.Window() {
 			return suffix + "/" + l.Algorithm.String()
 		}

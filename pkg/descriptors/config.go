@@ -98,6 +98,13 @@ type Rule struct {
 	// Class is the class this rule counts, for a rule Match returns for a
 	// pool's class (made by the builder, not in Children); nil otherwise.
 	Class *Class
+	// TenantsFrom is the tenant table (tenants_from, a Sluice addition) that
+	// gives each value this rule matches its own plan or limits; "" when
+	// none. A value the table lacks counts Limits (the default plan).
+	TenantsFrom string
+	// Plans are the rule's plans (plans, a Sluice addition), in config
+	// order, each name unique; nil without tenants_from.
+	Plans []*Plan
 
 	segments []string // Value split at '*', when Wildcard
 	index    index    // of Children, for Match

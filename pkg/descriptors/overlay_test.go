@@ -184,3 +184,34 @@ func TestLean(t *testing.T) {
 		t.Errorf("lean config: version %s (want %s), domains %v", l.Version(), c.Version(), l.Domains())
 	}
 }
+
+// TestOverlayTenants: an overlay gives a rule served over xDS a tenant
+// table and plans, which a RateLimitConfig cannot carry; the rule's own
+// limit stays the default plan.
+func TestOverlayTenants(t *testing.T) {
+	ov, _ := overlayOf(t, `domain: "default/eg/*"
+descriptors:
+  - key: "httproute/default/api/*"
+    descriptors:
+      - key: "rule-0-match-*"
+        tenants_from: api_tenants
+        plans:
+          pro: {rate_limit: {unit: second, requests_per_unit: 1000}}
+`)
+	base, err := descriptors.Parse(descriptors.Source{Name: "eg.yaml", Data: []byte(egConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&descriptors.Policy{Overlay: ov}).Rebuild(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Match("default/eg/http", []descriptors.Entry{{Key: "httproute/default/api/rule/0", Value: "httproute/default/api/rule/0"}, {Key: "rule-0-match-0", Value: "acme"}})
+	if r == nil || r.TenantsFrom != "api_tenants" || r.Plan("pro") == nil || r.Limit.RequestsPerUnit != 10 {
+		t.Fatalf("rule after the overlay: %+v", r)
+	}
+	row, _ := descriptors.ParseTenantRow("pro")
+	if ls, _ := r.TenantLimits(row); len(ls) != 1 || ls[0].RequestsPerUnit != 1000 {
+		t.Errorf("pro's limits: %v", ls)
+	}
+}

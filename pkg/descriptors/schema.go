@@ -342,6 +342,21 @@ func nodeKeys() []KeySpec {
 				n.Classes = p.classes(f, path, depth)
 			}, func(n *Node) bool { return n.Classes != nil }, func(dst, src *Node) { dst.Classes = src.Classes }),
 			rule: built[*Rule]{show: showPool}},
+		{Level: LevelDescriptor, Name: "tenants_from", Addition: true,
+			Doc: "the name of a tenant table (`sluice tenants`) that gives each value of this entry a plan or limits of its own; " +
+				"a value the table lacks gets this node's limits (the default plan)",
+			node:      scalar(func(n *Node) *Field[string] { return &n.TenantsFrom }, strValue),
+			buildRule: (*builder).tenantsFrom,
+			rule:      built[*Rule]{show: func(r *Rule) any { return shownIf(r.TenantsFrom, r.TenantsFrom != "") }}},
+		{Level: LevelDescriptor, Name: "plans", Addition: true,
+			Doc: "with `tenants_from`: named limits that the table's rows name, each `NAME: {rate_limit: ...}` or " +
+				"`NAME: {rate_limits: [...]}` (any algorithm)",
+			node: scalar(func(n *Node) *Field[[]*PlanNode] { return &n.Plans },
+				func(p *decoder, depth int) func(field, string) ([]*PlanNode, bool) {
+					return func(f field, path string) ([]*PlanNode, bool) { return p.plans(f.val, path, depth) }
+				}),
+			buildRule: (*builder).plans,
+			rule:      built[*Rule]{show: showPlans}},
 	}
 }
 

@@ -75,6 +75,12 @@ descriptors:
     value: "svc-*"
     share_threshold: true
     rate_limit: {unlimited: true}
+  - key: tenant
+    tenants_from: api_tenants
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    plans:
+      pro: {rate_limits: [{unit: minute, requests_per_unit: 10000}, {unit: month, requests_per_unit: 1000000}]}
+      staff: {rate_limit: {unlimited: true}}
 `)}}
 
 // TestEveryKeyReadAndShown: every key of the schema is read onto the

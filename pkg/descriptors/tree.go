@@ -108,6 +108,26 @@ type Node struct {
 	Classes *ClassesNode
 	// Changes are what a Policy set on the descriptor (Rule.Changes).
 	Changes []Change
+	// TenantsFrom is tenants_from (a Sluice addition): the name of the table
+	// that gives each entry value its own plan or limits.
+	TenantsFrom Field[string]
+	// Plans is plans (a Sluice addition): the named limits a tenant table's
+	// rows may name, in source order; nil entries are plans the source could
+	// not decode.
+	Plans Field[[]*PlanNode]
+}
+
+// PlanNode is one plan of a Node's plans: a name and its limits, a
+// rate_limit or rate_limits as on a Node.
+type PlanNode struct {
+	// Pos is where the plan's name is written.
+	Pos Pos
+	// Name is the plan's name, the key it is written under.
+	Name string
+	// RateLimit is the plan's rate_limit, nil when absent.
+	RateLimit *RateLimitNode
+	// RateLimits is the plan's rate_limits.
+	RateLimits Field[[]*RateLimitNode]
 }
 
 // ClassesNode is the classes block of a Node: the entry that names a

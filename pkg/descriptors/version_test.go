@@ -49,7 +49,7 @@ func TestVersionSeesEveryField(t *testing.T) {
 	pool := d.Rules[0]
 	pool.Changes = []Change{{By: "overlay.yaml:3", Keys: []string{"classes"}}}
 	instances := map[reflect.Type]reflect.Value{}
-	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1], &pool.Changes[0]} {
+	for _, x := range []any{d, pool, pool.Limit, pool.Pool, pool.Pool.Classes[1], &pool.Changes[0], d.Rules[3].Plans[0]} {
 		v := reflect.ValueOf(x).Elem()
 		instances[v.Type()] = v
 	}

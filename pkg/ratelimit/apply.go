@@ -19,14 +19,48 @@ type errCaller struct{ err error }
 func (e errCaller) Error() string { return e.err.Error() }
 func (e errCaller) Unwrap() error { return e.err }
 
+// The margin a decision keeps of its caller's deadline to answer when its
+// failure mode answers (allow or deny): the store's call ends that long
+// before the deadline, so that a decision the store could not make in time
+// is still answered, by the failure mode, before the caller gives up. It is
+// a tenth of the time left, at least AnswerMargin and at most
+// maxAnswerMargin; a caller that leaves less than minMargined gets none
+// (the answer could not arrive in time anyway). With the error failure mode
+// there is no margin: an error and a passed deadline are the same to Envoy,
+// and a store call that ends within the margin is a decision.
+const (
+	AnswerMargin    = 2 * time.Millisecond
+	maxAnswerMargin = 5 * time.Millisecond
+	minMargined     = 5 * time.Millisecond
+)
+
+// answerBy returns the deadline of the store call of a decision whose
+// caller's deadline is dl, at now: dl less the margin to answer.
+func answerBy(dl, now time.Time) time.Time {
+	left := dl.Sub(now)
+	if left < minMargined {
+		return dl
+	}
+	return dl.Add(-min(max(left/10, AnswerMargin), maxAnswerMargin))
+}
+
 // apply is the third stage of Decide: one Store call for every hit of the
-// request. The store bounds its own calls (pkg/redis: CallTimeout, 15 ms by
-// default); the caller's deadline, when shorter, rides on ctx. It returns
-// one Result per hit, or an errCaller when ctx ended first, or the store's
-// error.
-func (s *Service) apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
+// request. The caller's deadline rides on ctx: the store takes its budget
+// from it (less the margin to answer when answers, the failure mode being
+// allow or deny), and bounds a call that has none itself (pkg/redis:
+// CallTimeout, 1 s by default). It returns one Result per hit, or an
+// errCaller when ctx ended first, or the store's error.
+func (s *Service) apply(ctx context.Context, hits []limiter.Hit, answers bool) ([]limiter.Result, error) {
 	start := time.Now()
-	results, err := s.opts.Store.Apply(ctx, hits)
+	sctx := ctx
+	if dl, ok := ctx.Deadline(); ok && answers {
+		if by := answerBy(dl, start); by.Before(dl) {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithDeadline(ctx, by)
+			defer cancel()
+		}
+	}
+	results, err := s.opts.Store.Apply(sctx, hits)
 	s.observeStore(ctx, start, len(hits), err)
 	if err == nil && len(results) != len(hits) {
 		err = fmt.Errorf("%w: store returned %d results for %d hits", limiter.ErrStoreUnavailable, len(results), len(hits))
@@ -56,10 +90,7 @@ func (s *Service) failure(d Decision, err error) (Decision, error) {
 	if c, ok := errors.AsType[errCaller](err); ok {
 		return Decision{}, c.err
 	}
-	mode := d.Domain.FailureMode
-	if mode == descriptors.FailureModeUnset {
-		mode = s.opts.FailureMode
-	}
+	mode := s.failureMode(d)
 	s.opts.Metrics.observeFailure(d.Domain.Name, mode.String())
 	s.failed(d.Domain.Name, err)
 	s.logDegraded(d.Domain.Name, mode, err)
@@ -94,16 +125,6 @@ func (s *Service) logDegraded(domain string, mode descriptors.FailureMode, err e
 		zap.Int64("suppressed", s.suppressed.Swap(0)), zap.Error(err))
 }
 
-// local reports whether dom's failure mode, else the service's, is
-// FailureModeLocal and a local store decides it.
-func (s *Service) local(dom *descriptors.Domain) bool {
-	mode := dom.FailureMode
-	if mode == descriptors.FailureModeUnset {
-		mode = s.opts.FailureMode
-	}
-	return mode == descriptors.FailureModeLocal && s.opts.Local != nil
-}
-
 // applyLocal decides hits on the local store because the store failed with
 // err (the caller's own end is returned as is, for failure). It counts and
 // logs the answer as the failure mode's, and marks d as decided locally.
@@ -131,4 +152,12 @@ func (s *Service) LocalSince() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// failureMode is d's domain's failure mode, else the service's.
+func (s *Service) failureMode(d Decision) descriptors.FailureMode {
+	if d.Domain.FailureMode != descriptors.FailureModeUnset {
+		return d.Domain.FailureMode
+	}
+	return s.opts.FailureMode
 }

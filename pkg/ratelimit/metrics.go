@@ -140,7 +140,11 @@ func metricRule(domain string, st *Status, l *descriptors.Limit, entries []descr
 		return l.Name, true
 	}
 	if r := st.Rule; r != nil && len(st.Limits) > 1 {
-		return ruleLabel(domain, st, entries) + r.LimitSuffix(l), !valued
+		suffix := r.LimitSuffix(l)
+		if st.ruleLimits != nil { // a tenant's plan may have other limits than the rule
+			suffix = descriptors.LimitSuffixAmong(l, st.ruleLimits)
+		}
+		return ruleLabel(domain, st, entries) + suffix, !valued
 	}
 	return ruleLabel(domain, st, entries), !valued
 }

@@ -162,6 +162,8 @@ type Status struct {
 	// Result.ExceedsLimit, ResetAfter is raised to RetryAfter (one window):
 	// see the package doc.
 	Result limiter.Result
+
+	ruleLimits []*descriptors.Limit // the limits the rule counts for this descriptor, set by resolve
 }
 
 // LimitStatus is one limit a descriptor counts, with its outcome.

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -12,10 +13,11 @@ import (
 // resolve is the first stage of Decide: it sets every Status's Rule and the
 // limit it counts (Limit, Name, Override, Shadow, Quota), then drops the
 // limits that another matched limit replaces. It returns an error wrapping
-// ErrInvalidRequest for an override that cannot be honoured.
-func resolve(d *Decision, req *Request) error {
+// ErrInvalidRequest for an override that cannot be honoured. A rule with
+// tenants_from counts what t gives the descriptor's last entry value.
+func resolve(ctx context.Context, d *Decision, req *Request, t Tenants) error {
 	var replaced map[string]struct{}
-	ls := limitStatuses(d, req)
+	ls := limitStatuses(ctx, d, req, t)
 	for i := range req.Descriptors {
 		rd, st := &req.Descriptors[i], &d.Statuses[i]
 		switch r := st.Rule; {
@@ -27,11 +29,11 @@ func resolve(d *Decision, req *Request) error {
 			st.Limits, ls = ls[:1:1], ls[1:]
 			st.Limits[0] = LimitStatus{Limit: l, Name: overrideName(l)}
 			st.Override = true
-		case r != nil && r.Limit != nil && !r.Unlimited:
-			n := len(r.Limits)
+		case len(st.ruleLimits) > 0:
+			n := len(st.ruleLimits)
 			st.Limits, ls = ls[:n:n], ls[n:]
-			for j, l := range r.Limits {
-				st.Limits[j] = LimitStatus{Limit: l, Name: r.LimitName(d.Domain.Name, l)}
+			for j, l := range st.ruleLimits {
+				st.Limits[j] = LimitStatus{Limit: l, Name: r.LimitNameAmong(d.Domain.Name, l, st.ruleLimits)}
 				for _, name := range l.Replaces {
 					if replaced == nil {
 						replaced = make(map[string]struct{})
@@ -63,17 +65,17 @@ func resolve(d *Decision, req *Request) error {
 // room for the LimitStatus of every limit the descriptors may count, so
 // that a request allocates them at once (none when req.LimitBuffer has the
 // room).
-func limitStatuses(d *Decision, req *Request) []LimitStatus {
+func limitStatuses(ctx context.Context, d *Decision, req *Request, t Tenants) []LimitStatus {
 	n := 0
 	for i := range req.Descriptors {
 		rd, st := &req.Descriptors[i], &d.Statuses[i]
 		entries, _ := descriptorEntries(rd)
 		st.Rule = d.Config.Match(d.Domain.Name, entries)
-		switch r := st.Rule; {
-		case rd.Override != nil:
+		st.ruleLimits = ruleLimits(ctx, st.Rule, entries, t)
+		if rd.Override != nil {
 			n++
-		case r != nil && r.Limit != nil && !r.Unlimited:
-			n += len(r.Limits)
+		} else {
+			n += len(st.ruleLimits)
 		}
 	}
 	if n == 0 {
@@ -85,6 +87,24 @@ func limitStatuses(d *Decision, req *Request) []LimitStatus {
 		return ls
 	}
 	return make([]LimitStatus, n)
+}
+
+// ruleLimits returns the limits that a descriptor with these entries counts
+// at r, the rule it matched: r's own, or for a rule with tenants_from what
+// the table gives the last entry's value (the entry r matched); nil when
+// nothing is counted (no rule, no limit, unlimited).
+func ruleLimits(ctx context.Context, r *descriptors.Rule, entries []descriptors.Entry, t Tenants) []*descriptors.Limit {
+	if r == nil {
+		return nil
+	}
+	limits, unlimited := r.Limits, r.Unlimited
+	if r.TenantsFrom != "" && t != nil && len(entries) > 0 {
+		limits, unlimited = r.TenantLimits(t.Tenant(ctx, r.TenantsFrom, entries[len(entries)-1].Value))
+	}
+	if unlimited {
+		return nil
+	}
+	return limits
 }
 
 // overrideLimit turns a descriptor's limit override into a Limit, or returns

@@ -60,6 +60,9 @@ type Options struct {
 	// FailureModeLocal while the Store fails (limiter.Local: each limit
 	// divided among the instances); nil answers them as FailureModeError.
 	Local limiter.Store
+	// Tenants gives the rows of tenant tables (tenants_from) to the rules
+	// that name one; nil gives every value its rule's own limits.
+	Tenants Tenants
 	// DegradedLogInterval is the least time between two log lines about
 	// answers given by the failure mode (the metric counts every one). Zero
 	// means 10 s.
@@ -119,6 +122,15 @@ type StoreCall struct {
 // returned: it must be fast and safe for concurrent use.
 type StoreObserver interface {
 	ObserveStore(ctx context.Context, c StoreCall)
+}
+
+// Tenants gives the rows of tenant tables. Implementations must be safe for
+// concurrent use and fast: Tenant runs on the request path.
+type Tenants interface {
+	// Tenant returns value's row of table, nil when the table has none (the
+	// value counts its rule's own limits). It never fails: a table that
+	// cannot be read gives the row last seen, else nil.
+	Tenant(ctx context.Context, table, value string) *descriptors.TenantRow
 }
 
 // scratch is per-call working memory, reused through Service.scratch.
@@ -202,7 +214,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 		}
 		return d, nil
 	}
-	if err := resolve(&d, req); err != nil {
+	if err := resolve(ctx, &d, req, s.opts.Tenants); err != nil {
 		return Decision{}, s.failed(req.Domain, err)
 	}
 	if s.opts.ShadowMode {
@@ -217,8 +229,8 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	if len(hits) == 0 {
 		return d, nil
 	}
-	results, err := s.apply(ctx, hits)
-	if err != nil && s.local(d.Domain) {
+	results, err := s.apply(ctx, hits, s.failureMode(d) != descriptors.FailureModeError)
+	if err != nil && s.failureMode(d) == descriptors.FailureModeLocal && s.opts.Local != nil {
 		results, err = s.applyLocal(ctx, &d, hits, err)
 	} else if err == nil && s.localSince.Load() != 0 {
 		s.localSince.Store(0) // the store answers again

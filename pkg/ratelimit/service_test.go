@@ -226,12 +226,16 @@ func TestBinding(t *testing.T) {
 // storeCalls records the store calls a StoreObserver is told of.
 type storeCalls struct{ calls []ratelimit.StoreCall }
 
-func (o *storeCalls) ObserveStore(_ context.Context, c ratelimit.StoreCall) { o.calls = append(o.calls, c) }
+func (o *storeCalls) ObserveStore(_ context.Context, c ratelimit.StoreCall) {
+	o.calls = append(o.calls, c)
+}
 
 // refusingStore fails every call with err.
 type refusingStore struct{ err error }
 
-func (f refusingStore) Apply(context.Context, []limiter.Hit) ([]limiter.Result, error) { return nil, f.err }
+func (f refusingStore) Apply(context.Context, []limiter.Hit) ([]limiter.Result, error) {
+	return nil, f.err
+}
 
 // TestStoreObserversSeeEveryCall: every StoreObserver is told of each store
 // call, in order, with the hits it sent and the store's error; a request

@@ -24,10 +24,11 @@ type decider struct {
 	cluster *goredis.ClusterClient // nil unless on a Cluster
 	timeout time.Duration
 	now     func() time.Time
-	flying  int
+	flying  int // Options.CallsInFlight
+	most    int // Options.MaxCallsInFlight
 	// settleTimeout bounds the round trip that refunds a denied Cluster
-	// request, CallTimeout unless a test shortens it (to make refunds miss
-	// it and be retried).
+	// request whose caller set no deadline, CallTimeout unless a test
+	// shortens it (to make refunds miss it and be retried).
 	settleTimeout time.Duration
 	caller        caller
 	node          *node    // standalone and Sentinel: the one node
@@ -37,8 +38,9 @@ type decider struct {
 }
 
 func (d *decider) newNode(c scriptClient, poolSize int, ping func(ctx context.Context) error) *node {
-	return &node{c: c, gate: newGate(ping), caller: &d.caller, probes: &d.probes, now: d.now,
-		flying: max(min(d.flying, poolSize), 1)}
+	flying := max(min(d.flying, poolSize), 1)
+	return newNode(&node{c: c, gate: newGate(ping), caller: &d.caller, probes: &d.probes, now: d.now,
+		flying: flying, most: max(flying, min(d.most, poolSize-1))})
 }
 
 // group is the part of one request that one script entry decides: hits
@@ -56,10 +58,7 @@ type group struct {
 // a lease's grant). With ask > 0, hits is one hit that asks for ask permits
 // more (lua/run.lua's leases).
 func (d *decider) applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, *entry, error) {
-	dl := time.Now().Add(d.timeout)
-	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
-		dl = cd
-	}
+	dl := budget(ctx, time.Now(), d.timeout)
 	groups, quotaSplit := d.splitKeys(hits, keys)
 	if ask > 0 {
 		groups[0].e.lease, groups[0].e.hits[0].lease = true, float64(ask)
@@ -84,7 +83,7 @@ func (d *decider) applyHits(ctx context.Context, hits []limiter.Hit, keys []stri
 // decide runs the groups' apply entries one after another, in order, until
 // dl, and reports whether all of them admitted. When one denies, it settles
 // the request (refunds the earlier groups, reads the later ones) under a
-// fresh CallTimeout; when one fails, it settles it until dl and returns the
+// fresh budget; when one fails, it settles it until dl and returns the
 // failure, unless a later group denies.
 func (d *decider) decide(ctx context.Context, dl time.Time, groups []*group) (bool, error) {
 	for j, g := range groups {
@@ -131,17 +130,18 @@ func (d *decider) run(ctx context.Context, dl time.Time, slot int, e *entry) err
 // settle finishes a Cluster request that will not be admitted: in one
 // round trip it refunds what the groups in refund consumed and reads the
 // groups in checks without consuming (kind check, for their Results), and
-// reports whether one of checks denies. It runs under a fresh CallTimeout
-// when fresh (a denial: the Results are the answer, and the refunds should
-// land before it), else until dl if time is left (a failure: the answer is
-// the failure mode's, now). A refund that is not answered, or that goes to
+// reports whether one of checks denies. It runs under a fresh budget when
+// fresh (a denial: the Results are the answer, and the refunds should land
+// before it): the caller's deadline, or, when the caller set none,
+// settleTimeout from now; else until dl if time is left (a failure: the
+// answer is the failure mode's, now). A refund that is not answered, or that goes to
 // a stalled node, is left to the refunder, which retries it until answered;
 // a group that is not read keeps no reply, so its Results say nothing (see
 // fillAll).
 func (d *decider) settle(ctx context.Context, dl time.Time, refund, checks []*group, fresh bool) (denies bool) {
 	rctx := ctx
 	if fresh {
-		rctx, dl = context.WithoutCancel(ctx), time.Now().Add(d.settleTimeout)
+		rctx, dl = context.WithoutCancel(ctx), budget(ctx, time.Now(), d.settleTimeout)
 	}
 	over := func() bool { return rctx.Err() != nil || !time.Now().Before(dl) }
 	type sent struct {

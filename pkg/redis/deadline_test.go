@@ -54,7 +54,7 @@ func TestDeadlineHeldInABatch(t *testing.T) {
 	c.AddHook(hook)
 	t.Cleanup(func() { _ = c.Close() })
 	const timeout = time.Second
-	s := New(c, Options{Prefix: redistest.Prefix(t.Name()), CallTimeout: timeout, CallsInFlight: 1})
+	s := New(c, Options{Prefix: redistest.Prefix(t.Name()), CallTimeout: timeout, CallsInFlight: 1, MaxCallsInFlight: 1})
 	ctx := context.Background()
 	if _, err := s.Apply(ctx, []limiter.Hit{perMinute("warm", 10)}); err != nil {
 		t.Fatal(err)

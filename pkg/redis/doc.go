@@ -21,7 +21,8 @@
 //     groups one after another on their nodes, settles a request that one
 //     slot denied and fills the Results; refund.go retries its refunds.
 //   - node.go is one Redis node: the calls in flight to it (at most
-//     Options.CallsInFlight, never more than its connection pool), the
+//     Options.CallsInFlight, up to Options.MaxCallsInFlight while the
+//     oldest is slow (lanes.go), never more than its connection pool), the
 //     decisions that wait meanwhile and share the next call, and gate.go's
 //     stall detection and deadline shedding.
 //   - protocol.go defines the wire layout once (the entries of a call and

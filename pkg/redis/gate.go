@@ -31,7 +31,7 @@ var errShed = fmt.Errorf("%w: not sent to redis", limiter.ErrStoreUnavailable)
 
 // gate admits the script calls of one Redis node, so that load is shed
 // before Redis, not after. The node already keeps its calls in flight under
-// its connection pool (node.flying), so go-redis never queues a call for a
+// its connection pool (node.most), so go-redis never queues a call for a
 // connection and the gate has no queue of its own; what it adds:
 //
 //   - Deadline shedding: a call whose deadline leaves less than a round trip

@@ -18,22 +18,28 @@ import (
 
 // node is one Redis node the Store sends script calls to: its client, its
 // gate (gate.go) and the decisions waiting to share a call. Decisions that
-// wait at the same moment are sent together: while maxFlying calls are in
+// wait at the same moment are sent together: while flying calls are in
 // flight, new ones queue, and when a call returns, everything queued goes in
 // the next, one script call per slot, all of them in one pipeline. With no
 // call in flight a decision goes at once, alone: batching adds no wait, it
-// only takes what the round trip would have made wait anyway.
+// only takes what the round trip would have made wait anyway. When the
+// oldest call in flight is slow, what queues behind it goes in a call of its
+// own, up to most calls in flight (lanes.go).
 type node struct {
 	c      scriptClient
 	gate   *gate
 	caller *caller
 	probes *sync.WaitGroup
 	now    func() time.Time // the test clock, or nil
-	flying int              // the most calls in flight
+	flying int              // the most calls in flight while none is slow
+	most   int              // the most calls in flight when the oldest is slow
 
 	mu     sync.Mutex
 	queue  []*pending
-	active int // calls in flight
+	active int         // calls in flight: lanes whose out is not zero
+	out    []int64     // per lane (most of them), Unix ns its call was sent; 0 when idle
+	timer  *time.Timer // armed while entries queue behind calls in flight (lanes.go)
+	armed  bool        // timer is armed
 }
 
 // pending is one entry waiting for its call.
@@ -66,15 +72,8 @@ func (n *node) submit(dl time.Time, e *entry, slot int) *pending {
 	p.state.Store(stateQueued)
 	n.mu.Lock()
 	n.queue = append(n.queue, p)
-	var batch []*pending
-	if n.active < n.flying {
-		n.active++
-		batch = n.take()
-	}
+	n.dispatch(time.Now())
 	n.mu.Unlock()
-	if batch != nil {
-		go n.flush(batch)
-	}
 	return p
 }
 
@@ -174,20 +173,6 @@ func (n *node) take() []*pending {
 	clear(n.queue[rest:])
 	n.queue = n.queue[:rest]
 	return batch
-}
-
-// flush sends batch, then every batch queued meanwhile, until the queue is
-// empty.
-func (n *node) flush(batch []*pending) {
-	for len(batch) > 0 {
-		n.send(batch)
-		n.mu.Lock()
-		batch = n.take()
-		if len(batch) == 0 {
-			n.active--
-		}
-		n.mu.Unlock()
-	}
 }
 
 // send makes the calls of batch through the gate, under the latest

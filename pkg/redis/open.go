@@ -60,14 +60,18 @@ type Settings struct {
 	// context has no earlier deadline. Default DefaultReadTimeout and
 	// DefaultWriteTimeout (500 ms each).
 	ReadTimeout, WriteTimeout time.Duration
-	// CallTimeout bounds each Apply. Default DefaultCallTimeout (15 ms),
-	// under Envoy's 20 ms default filter timeout.
+	// CallTimeout is Options.CallTimeout: the budget of an Apply whose
+	// caller set no deadline. Default DefaultCallTimeout (1 s).
 	CallTimeout time.Duration
 	// Prefix starts every key. Default DefaultPrefix ("sluice:").
 	Prefix string
 	// CallsInFlight is Options.CallsInFlight: the most script calls in
 	// flight per node. Default DefaultCallsInFlight (1).
 	CallsInFlight int
+	// MaxCallsInFlight is Options.MaxCallsInFlight: the most script calls
+	// in flight per node while the oldest is slow. Default
+	// DefaultMaxCallsInFlight (4).
+	MaxCallsInFlight int
 	// LeaseRate and LeaseSpan are Options.LeaseRate and Options.LeaseSpan:
 	// hot-key leases (see Store). LeaseRate 0 turns leases off; a server
 	// passes DefaultLeaseRate unless told otherwise.
@@ -180,7 +184,7 @@ func Open(s Settings, log *zap.Logger) (*Store, error) {
 	}
 	log.Info("redis store configured", zap.String("mode", mode), zap.String("redis_url", Redacted(s.URL)),
 		zap.Strings("addrs", u.Addrs))
-	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, CallsInFlight: s.CallsInFlight,
+	return New(c, Options{Prefix: s.Prefix, CallTimeout: s.CallTimeout, CallsInFlight: s.CallsInFlight, MaxCallsInFlight: s.MaxCallsInFlight,
 		LeaseRate: s.LeaseRate, LeaseSpan: s.LeaseSpan, Logger: log}), nil
 }
 

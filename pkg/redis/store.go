@@ -12,10 +12,15 @@ import (
 	"github.com/sluicehq/sluice/pkg/limiter"
 )
 
-// DefaultCallTimeout is the deadline of one Apply when Options.CallTimeout
-// and Settings.CallTimeout are zero: under Envoy's 20 ms default rate limit
-// filter timeout, so that Sluice answers before Envoy gives up.
-const DefaultCallTimeout = 15 * time.Millisecond
+// DefaultCallTimeout is the budget of one Apply whose caller set no
+// deadline, when Options.CallTimeout and Settings.CallTimeout are zero:
+// long enough to decide on a loaded host (the peer, envoyproxy/ratelimit,
+// waits for Redis), short enough that a hung Redis is answered by the
+// failure mode within a second. A caller with a deadline (Envoy sends its
+// filter timeout, 20 ms by default) gets that deadline instead (which
+// pkg/ratelimit shortens by a margin to answer when a failure mode
+// answers). A Redis reply also ends at the client's read timeout.
+const DefaultCallTimeout = time.Second
 
 // Client is the part of a go-redis client the Store uses. *goredis.Client,
 // *goredis.ClusterClient and the UniversalClient that Open builds satisfy
@@ -39,20 +44,34 @@ type Client interface {
 // script call (another zone) may want more.
 const DefaultCallsInFlight = 1
 
+// DefaultMaxCallsInFlight is Options.MaxCallsInFlight when it is zero: up
+// to 3 calls more than CallsInFlight's 1 while the oldest is slow.
+const DefaultMaxCallsInFlight = 4
+
 // Options configures New. The zero value is usable.
 type Options struct {
 	// Prefix starts every key the Store writes. Default DefaultPrefix
 	// ("sluice:"). Braces in it are percent-escaped, since they would move
 	// the Cluster hash tag.
 	Prefix string
-	// CallTimeout bounds each Apply, all its Redis round trips included, on
-	// top of the caller's context. Default DefaultCallTimeout (15 ms).
+	// CallTimeout bounds each Apply, all its Redis round trips included,
+	// when its context has no deadline; the context's deadline bounds it
+	// otherwise, whether longer or shorter. Default
+	// DefaultCallTimeout (1 s).
 	CallTimeout time.Duration
 	// CallsInFlight is the most script calls the Store keeps in flight to
 	// one Redis node; decisions that arrive meanwhile wait and share the
 	// next call (see Store). Default DefaultCallsInFlight; it is at most the
 	// node's connection pool size.
 	CallsInFlight int
+	// MaxCallsInFlight is the most script calls the Store keeps in flight
+	// to one Redis node when the oldest in flight is slow (out longer than
+	// slowRounds round trip estimates, at least minSlow): decisions that
+	// wait behind it then go in a call of their own, so that one slow call
+	// does not make every decision behind it wait past its deadline.
+	// Default DefaultMaxCallsInFlight; at least CallsInFlight, and less
+	// than the node's connection pool size (the rest serve refunds).
+	MaxCallsInFlight int
 	// Now, when set, is the clock the script uses instead of Redis TIME. For
 	// tests only: in production every instance must share Redis's clock.
 	Now func() time.Time
@@ -77,7 +96,8 @@ type Options struct {
 // safe for concurrent use.
 //
 // Concurrent decisions share script calls: at most Options.CallsInFlight
-// calls are in flight per Redis node, and the decisions that arrive
+// calls are in flight per Redis node (up to Options.MaxCallsInFlight while
+// the oldest is slow), and the decisions that arrive
 // meanwhile wait and go together in the next one, one script call per
 // Cluster slot deciding each of them, one after another, each all or
 // nothing on its own (lua/run.lua), the calls to one node in one pipeline.
@@ -106,7 +126,7 @@ type Options struct {
 // Apply returns an error wrapping limiter.ErrStoreUnavailable at once, so
 // the failure mode answers. What it cannot undo: a call already sent when
 // its node stalls may still run once the node resumes, after its decisions
-// were answered by the failure mode (at most CallsInFlight calls per node).
+// were answered by the failure mode (at most MaxCallsInFlight calls per node).
 //
 // It is composed of layers, each reached by the one above through a few
 // methods: the lease tier (leases, lease.go: a decorator on the single-hit
@@ -132,7 +152,7 @@ func New(c Client, o Options) *Store {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	d := &decider{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight}
+	d := &decider{timeout: o.CallTimeout, now: o.Now, flying: o.CallsInFlight, most: o.MaxCallsInFlight}
 	d.cluster, _ = c.(*goredis.ClusterClient)
 	if d.timeout <= 0 {
 		d.timeout = DefaultCallTimeout
@@ -140,6 +160,9 @@ func New(c Client, o Options) *Store {
 	d.settleTimeout = d.timeout
 	if d.flying <= 0 {
 		d.flying = DefaultCallsInFlight
+	}
+	if d.most <= 0 {
+		d.most = DefaultMaxCallsInFlight
 	}
 	if d.cluster == nil {
 		poolSize := 10 * runtime.GOMAXPROCS(0) // go-redis's default
@@ -157,8 +180,8 @@ func New(c Client, o Options) *Store {
 		leases: newLeases(leaseOptions{rate: o.LeaseRate, span: o.LeaseSpan, clock: clock, run: d.runDirect, log: log})}
 }
 
-// PingTimeout bounds Ping. It is longer than a decision's CallTimeout so a
-// busy but healthy Redis does not make readiness flap.
+// PingTimeout bounds Ping. It is no shorter than a decision's default
+// CallTimeout, so a busy but healthy Redis does not make readiness flap.
 const PingTimeout = time.Second
 
 // Ping checks that Redis answers, for readiness probes. Its error wraps
@@ -246,8 +269,9 @@ func (s *Store) Close() error {
 // one slot is decided by that slot's script, atomically.
 //
 // Apply returns an error wrapping limiter.ErrStoreUnavailable when Redis fails
-// or the deadline (ctx or CallTimeout) passes, or when the call is shed (see
-// Store), and a plain error naming the hit when a hit does not Validate.
+// or the budget (ctx's deadline, else CallTimeout) passes, or when the call
+// is shed (see Store), and a plain error naming the hit when a hit does not
+// Validate.
 // After an error no Result is returned.
 func (s *Store) Apply(ctx context.Context, hits []limiter.Hit) ([]limiter.Result, error) {
 	if len(hits) == 0 {

@@ -108,9 +108,9 @@ func startLoad(s *sluice, workers int) *load {
 				default:
 				}
 				dom := chaosDomains[(i+w)%len(chaosDomains)]
-				// The client deadline is far above every bound asserted, so
+				// The client's guard is far above every bound asserted, so
 				// a stall shows as a latency, not as a client timeout.
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel := noDeadline(2 * time.Second)
 				sm := sample{domain: dom, start: time.Now()}
 				resp, err := s.Client.ShouldRateLimit(ctx, request(dom, []string{"load", key}))
 				sm.end = time.Now()
@@ -218,7 +218,7 @@ func decided(resp *rlsv3.RateLimitResponse, err error) bool {
 func recovered(t *testing.T, s *sluice, domain, name string, from time.Time, limit time.Duration) time.Time {
 	t.Helper()
 	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := noDeadline(time.Second)
 		resp, err := s.Client.ShouldRateLimit(ctx, request(domain, []string{"probe", fmt.Sprintf("%s-%d", name, i)}))
 		cancel()
 		if decided(resp, err) {
@@ -245,7 +245,7 @@ func countdown(t *testing.T, s *sluice, domain, name string) (restarts int) {
 		key := fmt.Sprintf("%s-%d", name, restarts)
 		ok := true
 		for want := 4; want >= -1 && ok; want-- {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ctx, cancel := noDeadline(time.Second)
 			r, err := s.Client.ShouldRateLimit(ctx, request(domain, []string{"probe", key}))
 			cancel()
 			if !decided(r, err) {
@@ -440,5 +440,18 @@ func TestChaos(t *testing.T) {
 		t.Errorf(`%d "store failed" log lines over two outages, want 1..4 (throttled to one per 10 s)`, n)
 	} else {
 		t.Logf(`%d "store failed" log lines over two outages`, n)
+	}
+}
+
+// noDeadline returns a context cancelled after guard that carries no
+// deadline: a caller's deadline is the server's budget, so a call without
+// one is bounded by --store-timeout, the bound these tests hold sluice to,
+// while the guard keeps a hung server from hanging the test.
+func noDeadline(guard time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := time.AfterFunc(guard, cancel)
+	return ctx, func() {
+		t.Stop()
+		cancel()
 	}
 }

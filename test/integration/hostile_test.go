@@ -246,7 +246,8 @@ func TestHostileRequests(t *testing.T) {
 // against a Redis that hangs (SIGSTOP), and checks that a caller's shorter
 // gRPC deadline wins: a call sent to Redis is answered DEADLINE_EXCEEDED at
 // that deadline (the server gives up then, its own latency metric says so),
-// never by the domain's failure mode (allow) late. Once the store knows
+// or by the domain's failure mode (allow) a margin before it (50 ms: 5 ms),
+// never by the failure mode late. Once the store knows
 // Redis stalled, calls are not sent at all: the failure
 // mode answers them at once, well before their deadline.
 func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
@@ -271,6 +272,7 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 	before := metrics(t, s)
 	const n = 10
 	var atOnce int // failure mode answers, each before its call's deadline
+	var late int   // 50 ms calls the client saw end at its deadline
 	for _, d := range []time.Duration{time.Millisecond, 50 * time.Millisecond} {
 		got := map[codes.Code]int{}
 		for range n {
@@ -282,6 +284,9 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 			got[status.Code(err)]++
 			switch {
 			case status.Code(err) == codes.DeadlineExceeded:
+				if d > time.Millisecond {
+					late++
+				}
 			case err == nil && resp.GetStatuses()[0].GetLimitRemaining() == 0 && took < d:
 				atOnce++ // the failure mode (allow), before the deadline
 			default:
@@ -309,8 +314,12 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 	if count > 0 && sum/count > 0.25 {
 		t.Errorf("server took %.0f ms on average before giving up, want the caller's deadline (<= 50 ms), not the 1 s store timeout", 1000*sum/count)
 	}
-	if a, b := failureAnswers(after, "chaos_allow", "allow"), failureAnswers(before, "chaos_allow", "allow"); int(a-b) != atOnce {
-		t.Errorf("failure mode answered %v times, want %d (only those at once, none after the caller's deadline)", a-b, atOnce)
+	// The server answers by the failure mode only before the caller's
+	// deadline (a margin before it): such an answer may still reach a
+	// client on a loaded host after its deadline, which then sees
+	// DeadlineExceeded, so the 50 ms calls seen late bound the difference.
+	if a, b := failureAnswers(after, "chaos_allow", "allow"), failureAnswers(before, "chaos_allow", "allow"); int(a-b) < atOnce || int(a-b) > atOnce+late {
+		t.Errorf("failure mode answered %v times, want %d to %d (those at once, and those the server sent before a deadline the client saw pass)", a-b, atOnce, atOnce+late)
 	}
 }
 

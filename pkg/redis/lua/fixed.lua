@@ -68,8 +68,14 @@ local function fixedReport(at, c, _, w, L, allowed, _, _, C)
   return L - c, reset
 end
 
+-- store: a count that changed in the stored window (a counter's count is
+-- never 0: an empty one is deleted) is written in place, its 8 bytes, with
+-- one SETRANGE: its TTL, the end of that window, stays as it is.
 local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists)
   if i == oi and c == oc and exists then
+    return
+  elseif i == oi and oc > 0 and c > 0 then
+    redis.call('SETRANGE', key, '8', spack('<d', c))
     return
   elseif c == 0 then
     if exists then

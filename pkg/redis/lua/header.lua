@@ -40,7 +40,10 @@
 -- at the end if it changed, with the TTL of its expiry (at most two windows
 -- away for the windows and logs, when the bucket is full again for a token
 -- bucket); a state that becomes empty is deleted, so no key exists without a
--- TTL. What a denied entry sees is never written (overdraw and count-denied
+-- TTL. A change that leaves the expiry where it was (a hit in the stored
+-- fixed window, or in the stored sub-window of a window of sub-windows that
+-- already holds hits) is written in place with SETRANGE and keeps the TTL
+-- set before: on Redis's clock the same instant. What a denied entry sees is never written (overdraw and count-denied
 -- hits aside).
 --
 -- An algorithm's file implements, on its state (s1, s2, s3: limiter.State's

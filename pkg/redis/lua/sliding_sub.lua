@@ -28,7 +28,7 @@ local SUBW = { [1] = 'B', [2] = 'H', [4] = 'I4', [8] = 'd' }
 
 -- salt is the last byte of the next string written; SUBZERO is zero bytes
 -- to copy empty slots from (made by run with its bindings); SUBFMT caches
--- pack formats.
+-- pack formats (and, under -n, store's offset in a string of n bytes).
 local salt, SUBZERO, SUBFMT = 0, nil, {}
 
 -- subWidth is W for a largest count c.
@@ -94,10 +94,26 @@ local function subLoad(key, _, N)
   return subParse(redis.call('GET', key), N)
 end
 
--- subHead is a non-empty string's at0, cur and W.
-local function subHead(v)
-  local at0, _, cur, W = sunpack('<dddB', v, #v - 25)
-  return at0, cur, W
+-- subHead is a non-empty string's at0, cur, W and head's total for the
+-- state (at, total) holding it. A plain hit in the string's own sub-window changes
+-- only its total and cur, in memory and in Redis (store writes the two in
+-- place): the string is not rebuilt, so while at is at0 its head's cur is
+-- what it was when the string was read or built, and the hits since are
+-- what the total gained since (nothing else changes the total at at0).
+-- The last string's head is kept: consume, report and store each read it.
+local subHead
+do -- (in a block: the chunk has at most 200 locals at once)
+  local hv, ha0, ht0, hcur, hW -- the last head read, and its string
+  function subHead(v, at, total)
+    if v ~= hv then -- a string is interned: == compares pointers
+      hv, ha0, ht0, hcur, hW = v, sunpack('<dddB', v, #v - 25)
+    end
+    local at0, t0, cur, W = ha0, ht0, hcur, hW
+    if at0 == at then
+      cur = cur + (total - t0)
+    end
+    return at0, cur, W, t0
+  end
 end
 
 -- roll moves the state to sub-window j: the total loses the slots that
@@ -135,7 +151,7 @@ local function subDecide(at, total, v, w, L, n, _, N, C)
   if v == '' then
     return false, (N + 1) * s - e
   end
-  local at0, cur, W = subHead(v)
+  local at0, cur, W = subHead(v, at, total)
   local r, rest = SUBR[W], total
   for i = N - (at - at0), 1, -1 do
     local c = sunpack(r, v, (i - 1) * W + 1)
@@ -153,8 +169,8 @@ local function subDecide(at, total, v, w, L, n, _, N, C)
 end
 
 -- newest is the sub-window of the newest hits of a non-empty state.
-local function subNewest(v, N)
-  local at0, cur, W = subHead(v)
+local function subNewest(v, N, at, total)
+  local at0, cur, W = subHead(v, at, total)
   if cur ~= 0 then
     return at0
   end
@@ -187,12 +203,12 @@ end
 
 -- subCounts is the counts of v at sub-window at, newest first (subEncode's
 -- cs), of the sub-windows in the estimate.
-local function subCounts(at, v, N)
+local function subCounts(at, total, v, N)
   local cs = { 0 }
   if v == '' then
     return cs
   end
-  local at0, cur, W = subHead(v)
+  local at0, cur, W = subHead(v, at, total)
   local d, r = at - at0, SUBR[W]
   cs[d + 1] = cur
   for i = 1, N - d do
@@ -207,7 +223,7 @@ end
 -- returns the state as consume does, appending an undo token per
 -- sub-window it changed to XU (the sub-window and what it gained).
 local function subRefundOlder(at, v, N, rest, c, cur, dec)
-  local cs = subCounts(at, v, N)
+  local cs = subCounts(at, rest + cur, v, N)
   cs[1] = c
   for i = 2, N + 1 do
     local back = min(dec, cs[i] or 0)
@@ -233,7 +249,7 @@ end
 local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   local at0, cur0, W, cur = at, 0, 1, 0
   if v ~= '' then
-    at0, cur0, W = subHead(v)
+    at0, cur0, W = subHead(v, at, total)
     if at0 == at then
       cur = cur0
     end
@@ -248,8 +264,11 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
     c = c - dec
   end
   local t = rest + c
-  if c == cur and at0 == at then
-    return at, total, v, at, 0
+  if at0 == at and (c == cur or (c > 0 and cur > 0)) then
+    -- Only the total and cur change, and not the newest sub-window
+    -- holding hits, so neither does the expiry: store writes the two in
+    -- place (subHead).
+    return at, t, v, at, c - cur
   elseif t == 0 then
     return at, 0, '', at, c - cur
   end
@@ -259,7 +278,7 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   elseif at0 == at then
     return at, t, spack(subSame(W, N), v, at, t, c, W, salt), at, c - cur
   elseif subWidth(cur0) > W then
-    local cs = subCounts(at, v, N)
+    local cs = subCounts(at, total, v, N)
     cs[1] = c
     return at, t, subEncode(at, t, cs, N), at, c - cur
   end
@@ -284,7 +303,7 @@ local function subReport(at, total, v, w, L, allowed, _, N, C)
     if e < 0 then
       e = 0
     end
-    reset = ((N - (at - subNewest(v, N))) + 1) * s - e
+    reset = ((N - (at - subNewest(v, N, at, total))) + 1) * s - e
   end
   if not allowed then
     return 0, reset
@@ -296,10 +315,23 @@ local function subReport(at, total, v, w, L, allowed, _, N, C)
   return r, reset
 end
 
+
 -- store: the TTL is when the newest sub-window holding hits leaves the
--- estimate (limiter's subExpires).
-local function subStore(key, w, N, _, total, v, _, _, ov, exists)
+-- estimate (limiter's subExpires). A string consume kept (subHead) changed
+-- at most its total and cur, in place, its TTL unchanged: one SETRANGE of
+-- those 16 bytes, no string of the whole counter made.
+local function subStore(key, w, N, at, total, v, oat, ototal, ov, exists)
   if v == ov then
+    if total ~= ototal and at == oat then
+      local n = #v
+      local off = SUBFMT[-n] -- SETRANGE's offset of the head's total
+      if not off then
+        off = fmt('%d', n - 18)
+        SUBFMT[-n] = off
+      end
+      local _, cur = subHead(v, at, total)
+      redis.call('SETRANGE', key, off, spack('<dd', total, cur))
+    end
     return
   elseif total == 0 then
     if exists then
@@ -307,7 +339,13 @@ local function subStore(key, w, N, _, total, v, _, _, ov, exists)
     end
     return
   end
-  redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N) + N + 1) * (w / N) - now))
+  local at0, cur, W, t0 = subHead(v, at, total)
+  if at0 == at and t0 ~= total then
+    -- Built by one entry of the call, then changed in place by another.
+    salt = (salt + 1) % 256
+    v = spack(subSame(W, N), v, at, total, cur, W, salt)
+  end
+  redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N, at, total) + N + 1) * (w / N) - now))
 end
 
 -- undo subtracts delta from sub-window idx while the estimate counts it,
@@ -317,7 +355,7 @@ local function subUndo(_, at, total, v, _, N, idx, delta)
   if delta == 0 or idx > at or idx < at - N then
     return at, total, v, 0
   end
-  local cs = subCounts(at, v, N)
+  local cs = subCounts(at, total, v, N)
   local x = at - idx + 1
   local old = cs[x] or 0
   if old == 0 and delta > 0 then
