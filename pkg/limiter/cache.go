@@ -134,6 +134,14 @@ func NewCache(s Store, o CacheOptions) *Cache {
 	return &Cache{store: s, o: o, m: make(map[counterID]*cacheEntry)}
 }
 
+// Partitioner is a Store that says which hits it decides in one unit (a
+// Redis Cluster slot): a Cache syncs each part in calls of its own, sent at
+// once, so that none waits for another's node.
+type Partitioner interface {
+	// Partition returns the indexes of hits, grouped; every index once.
+	Partition(hits []Hit) [][]int
+}
+
 // CacheStats counts what a Cache did since it was made.
 type CacheStats struct {
 	// Decided is the hits decided in process.
@@ -417,21 +425,53 @@ func (c *Cache) Flush(ctx context.Context) error {
 		e.dirty = false
 		e.mu.Unlock()
 	}
+	parts := c.parts(es)
 	var wg sync.WaitGroup
-	errs := make([]error, (len(es)+maxSyncHits-1)/maxSyncHits)
-	for k := range errs {
-		part := es[k*maxSyncHits : min((k+1)*maxSyncHits, len(es))]
+	errs := make([]error, len(parts))
+	for k, part := range parts {
 		wg.Go(func() { errs[k] = c.send(ctx, part) })
 	}
 	wg.Wait()
 	var first error
 	for k, err := range errs {
 		if err != nil {
-			c.redirty(es[k*maxSyncHits : min((k+1)*maxSyncHits, len(es))])
+			c.redirty(parts[k])
 			first = cmp.Or(first, err)
 		}
 	}
 	return first
+}
+
+// parts splits es into the store's parts (Partitioner), each in pieces of
+// at most maxSyncHits.
+func (c *Cache) parts(es []*cacheEntry) [][]*cacheEntry {
+	groups := [][]*cacheEntry{es}
+	if p, ok := c.store.(Partitioner); ok && len(es) > 1 {
+		hits := make([]Hit, len(es))
+		for i, e := range es {
+			e.mu.Lock()
+			hits[i] = e.hit
+			e.mu.Unlock()
+		}
+		groups = groups[:0]
+		for _, idx := range p.Partition(hits) {
+			g := make([]*cacheEntry, len(idx))
+			for j, i := range idx {
+				g[j] = es[i]
+			}
+			groups = append(groups, g)
+		}
+	}
+	var out [][]*cacheEntry
+	for _, g := range groups {
+		for len(g) > maxSyncHits {
+			out, g = append(out, g[:maxSyncHits]), g[maxSyncHits:]
+		}
+		if len(g) > 0 {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // redirty lists es again as dirty, for the next sync.
