@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,5 +220,53 @@ func TestLocalShare(t *testing.T) {
 				t.Errorf("admitted %d of %d, want %d", got, 2*tc.limit, tc.want)
 			}
 		})
+	}
+}
+
+// TestCacheConcurrentKeepsEveryHit: decisions from many goroutines while
+// Run syncs, then Run's final flush: the store holds exactly the hits
+// admitted.
+func TestCacheConcurrentKeepsEveryHit(t *testing.T) {
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{})
+	c := limiter.NewCache(mem, limiter.CacheOptions{Period: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, time.Second); close(done) }()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				h := minuteLimit(1_000_000, true)
+				h.Key = string(rune('a' + (g+i)%4))
+				res, err := c.Apply(context.Background(), []limiter.Hit{h})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res[0].Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	<-done
+	var counted uint64
+	for k := range 4 {
+		h := minuteLimit(1_000_000, false)
+		h.Key, h.Hits = string(rune('a'+k)), 0
+		res, err := mem.Apply(context.Background(), []limiter.Hit{h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted += 1_000_000 - res[0].Remaining
+	}
+	if counted != uint64(admitted.Load()) {
+		t.Errorf("the store counts %d hits, %d admitted", counted, admitted.Load())
+	}
+	if c.Stats().Decided == 0 {
+		t.Error("nothing decided in process")
 	}
 }
