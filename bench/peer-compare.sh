@@ -38,7 +38,9 @@
 # DESCS ("1 3"), KEYS (10000 values per descriptor key), PEER_VERSION
 # (latest), CALL_TIMEOUT (5s: none to speak of), CACHE (~/.cache/sluice-bench), SLUICE_FLAGS (extra flags for
 # Sluice), HOT (1: run the hot key part; 0: skip), HOT_FLAGS (extra flags
-# for Sluice in the hot key run), FIXED (0; 1: also sluice-fixed), OUT
+# for Sluice in the hot key run), FIXED (0; 1: also sluice-fixed),
+# LOADGEN_FLAGS (extra flags for the load generator, both services: e.g.
+# "-skew zipf -zipf-s 1.1" with KEYS=100000 for a Zipf load), OUT
 # (bench/out/peer-compare.jsonl).
 # Needs go, redis-server, redis-cli, jq, curl, python3.
 set -euo pipefail
@@ -172,6 +174,8 @@ measure() {
 	[ "$svc" = sluice-fixed ] && config=bench/loadtest-fixed.yaml
 	start "$svc" "$config" "$svc$run$c$d:" "${flags[@]}"
 	local lg=(-target "$svc_addr" -concurrency "$c" -descriptors "$d" -keys "$KEYS" -seed "$run" -call-timeout "$CALL_TIMEOUT")
+	# shellcheck disable=SC2206 # LOADGEN_FLAGS is a list of words
+	lg+=(${LOADGEN_FLAGS:-})
 	"$tmp/loadgen" "${lg[@]}" -duration "$WARMUP" >/dev/null
 	local load t0 r0 s0 a0 t1 r1 s1 a1
 	load=$(cut -d' ' -f1 /proc/loadavg)

@@ -94,4 +94,23 @@ local function fixedUndo(_, i, c, p, _, _, idx, delta)
 end
 
 register('fixed_window', { load = fixedLoad, parse = fixedParse, roll = fixedRoll, decide = fixedDecide,
-  consume = fixedConsume, report = fixedReport, store = fixedStore, undo = fixedUndo })
+  consume = fixedConsume, report = fixedReport, store = fixedStore, undo = fixedUndo, fits = true,
+  -- hit decides, consumes and reports a plain admitted hit of n on key k
+  -- (limit L, or C for a pool's class) in one function, returning
+  -- remaining and reset as decide, consume and report give them, or
+  -- nothing, having changed nothing, for a denial, a count at MAX or none
+  -- (the general path's).
+  hit = function(k, L, n, _, C)
+    local t = s2[k] + n
+    L = C or L
+    if t > L or t > MAX or t == 0 then
+      return nil
+    end
+    s2[k], dirty[k] = t, true
+    local w = KW[k]
+    local e = now - s1[k] * w
+    if e < 0 then
+      e = 0
+    end
+    return L - t, w - e
+  end })

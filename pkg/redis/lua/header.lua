@@ -1,10 +1,10 @@
 -- Sluice's limiter: every algorithm of pkg/limiter, the Lua twin of
 -- limiter.Evaluate, joined at build time (script.go) from these files, in
 -- this order: the protocol (made by protocol.go from its layout table, so
--- both sides read one definition), this header, one file per algorithm
--- named like its Go twin (concurrency, fixed, log, sliding, sliding_sub,
--- token: in name order, any order works), and run.lua, which decides a
--- call. A file's locals are seen by the files after it.
+-- both sides read one definition), this header, every other file of lua/,
+-- one per algorithm named like its Go twin (in name order: any order works,
+-- as each registers and binds itself), and run.lua, which decides a call. A
+-- file's locals are seen by the files after it.
 --
 -- One call decides a batch: several independent requests (entries) that
 -- concurrent decisions of one Sluice instance share, each all or nothing on
@@ -72,6 +72,16 @@
 --   store(key, w, N, s1, s2, s3, o1, o2, o3, exists): write s over o, only
 --     what changed, with its TTL, or delete an empty state;
 --   undo(key, s1, s2, s3, w, N, u1, u2) -> s1, s2, s3, changed (0 or 1)
+-- and, optionally, for the plain path (one admitted hit of no flag but a
+-- pool's class):
+--   fits = true: decide admits when s2 + n <= (C or L), its first test,
+--     which run then makes inline;
+--   hit(k, L, n, B, C) -> remaining, reset_after_ms: an admitted hit's
+--     decide, consume and report of key k's state (s1[k].., KW[k], KN[k])
+--     in one function, or nothing, having changed nothing, when the hit
+--     needs the general path (a denial among them);
+--   bind(): what the file binds on run's first call (a library being
+--     loaded may not touch struct, nor make what each call would remake);
 -- and registers them with register, under its config spelling; the
 -- protocol's ALGORITHMS (from limiter's registry) gives its number and
 -- traits.
@@ -117,7 +127,7 @@ local ALG = {}
 
 -- FIELDS is what an algorithm's table may hold (a library being loaded
 -- may not call pairs, so register copies these by name).
-local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'inflight', 'like' }
+local FIELDS = { 'load', 'parse', 'roll', 'decide', 'consume', 'report', 'store', 'undo', 'inflight', 'like', 'hit', 'fits', 'bind' }
 
 -- register makes A the algorithm of the config spelling name, with the
 -- traits limiter's registry gives it (lease). With variant, A is the

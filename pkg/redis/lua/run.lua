@@ -20,12 +20,21 @@
 local FL2_REFUND, FL2_SHADOW, FL2_EXCEEDS, FL2_QUOTA = 2 * FL_REFUND, 2 * FL_SHADOW, 2 * FL_EXCEEDS, 2 * FL_QUOTA
 local FL2_OVERDRAW, FL2_COUNTDENIED, FL2_SLOT, FL2_CEILING = 2 * FL_OVERDRAW, 2 * FL_COUNTDENIED, 2 * FL_SLOT, 2 * FL_CEILING
 
--- bind binds the library functions the hot path calls and resolves the
--- algorithms registered like others, on the first call.
+-- bind binds the library functions the hot path calls, runs each
+-- algorithm's own bind (what its file binds on the first call) and
+-- resolves the algorithms registered like others, on the first call.
 local function bind()
   spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
   fmt, sub, byte = string.format, string.sub, string.byte
-  SUBZERO = string.rep('\0', 8 * 64)
+  for n = 0, NALGORITHMS - 1 do
+    local A = ALG[n]
+    if A and A.bind then
+      A.bind()
+    end
+    if A and A.sub and A.sub.bind then
+      A.sub.bind()
+    end
+  end
   resolve()
 end
 
@@ -91,7 +100,7 @@ local function prefetch(KEYS, nk)
     for x = from, to do
       local k = pidx[x]
       local A, w, N = KA[k], KW[k], KN[k]
-      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1], N)
+      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1], N, k)
       s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
     end
   end
@@ -101,7 +110,7 @@ end
 -- has not loaded it, which prefetch makes rare).
 local function load(KEYS, k)
   local A, w, N = KA[k], KW[k], KN[k]
-  o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N)
+  o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N, k)
   s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
 end
 
@@ -322,7 +331,14 @@ local function oneEntry(KEYS, prog, p)
   if ox[k] == 0 then
     load(KEYS, k)
   end
-  local A, w, N = KA[k], KW[k], KN[k]
+  local A = KA[k]
+  if A.hit then
+    local r, t = A.hit(k, L, n, B, C)
+    if r then
+      return p + Z_HITTAIL, spack(F_FIRSTSHORT, 1, 1, 0, r, t)
+    end
+  end
+  local w, N = KW[k], KN[k]
   local a, b, c = s1[k], s2[k], s3[k]
   local allowed, retry1 = A.decide(a, b, c, w, L, n, B, N, C)
   if allowed then
@@ -372,18 +388,30 @@ local function plainEntry(KEYS, prog, p, count, nout)
     if ox[k] == 0 then
       load(KEYS, k)
     end
-    ok[h], retry[h] = KA[k].decide(s1[k], s2[k], s3[k], KW[k], hL[h], hn[h], hB[h], KN[k], C)
-    admitted = admitted and ok[h]
+    local A = KA[k]
+    if A.fits and s2[k] + hn[h] <= (C or hL[h]) then
+      ok[h], retry[h] = true, 0 -- decide's first test, inline
+    else
+      ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], hn[h], hB[h], KN[k], C)
+      admitted = admitted and ok[h]
+    end
   end
   local a = admitted and 1 or 0
   for h = 1, count do
     local k, L, B = hk[h], hL[h], hB[h]
-    local A, w, N = KA[k], KW[k], KN[k]
-    if admitted then
-      s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, L, hn[h], 0, B, N)
-      dirty[k] = true
+    local A = KA[k]
+    local r, t
+    if admitted and A.hit then
+      r, t = A.hit(k, L, hn[h], B, hC[h])
     end
-    local r, t = A.report(s1[k], s2[k], s3[k], w, L, ok[h], B, N, hC[h])
+    if not r then
+      local w, N = KW[k], KN[k]
+      if admitted then
+        s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, L, hn[h], 0, B, N)
+        dirty[k] = true
+      end
+      r, t = A.report(s1[k], s2[k], s3[k], w, L, ok[h], B, N, hC[h])
+    end
     nout = nout + 1
     if h == 1 then
       out[nout] = spack(F_FIRSTSHORT, a, ok[h] and 1 or 0, retry[h], r, t)
@@ -480,7 +508,7 @@ local function run(KEYS, ARGV)
   end
   for k = 1, nk do
     if dirty[k] == true then
-      KA[k].store(KEYS[k], KW[k], KN[k], s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k])
+      KA[k].store(KEYS[k], KW[k], KN[k], s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k], k)
     end
   end
   return table.concat(out, '', 1, nout)

@@ -27,8 +27,9 @@ local SUBR = { [1] = '<B', [2] = '<H', [4] = '<I4', [8] = '<d' }
 local SUBW = { [1] = 'B', [2] = 'H', [4] = 'I4', [8] = 'd' }
 
 -- salt is the last byte of the next string written; SUBZERO is zero bytes
--- to copy empty slots from (made by run with its bindings); SUBFMT caches
--- pack formats (and, under -n, store's offset in a string of n bytes).
+-- to copy empty slots from (made by bind, on run's first call); SUBFMT
+-- caches pack formats (and, under -n, store's offset in a string of n
+-- bytes).
 local salt, SUBZERO, SUBFMT = 0, nil, {}
 
 -- subWidth is W for a largest count c.
@@ -75,35 +76,19 @@ local function subSame(W, N)
   return f
 end
 
--- parse reads a stored string (false: none; one of another layout: none,
--- written over); run reads every such key of the batch with one MGET (see
--- prefetch), load one alone.
-local function subParse(v, N)
-  if not v then
-    return 0, 0, '', false
-  end
-  local W = #v > 26 and byte(v, #v - 1)
-  if not SUBW[W] or #v ~= N * W + 26 then
-    return 0, 0, '', true
-  end
-  local at, total = sunpack('<dd', v, #v - 25)
-  return at, total, v, true
-end
-
-local function subLoad(key, _, N)
-  return subParse(redis.call('GET', key), N)
-end
-
 -- subHead is a non-empty string's at0, cur, W and head's total for the
 -- state (at, total) holding it. A plain hit in the string's own sub-window changes
 -- only its total and cur, in memory and in Redis (store writes the two in
 -- place): the string is not rebuilt, so while at is at0 its head's cur is
 -- what it was when the string was read or built, and the hits since are
 -- what the total gained since (nothing else changes the total at at0).
--- The last string's head is kept: consume, report and store each read it.
-local subHead
+-- The last string's head is kept, and each key's stored string's head as
+-- parse read it (HV, HA, HT, HC: string, at0, total, cur), for subHit and
+-- store, which read it per key, several keys apart.
+local subHead, subParse, subLoad, subHit, subStore, subNewest
 do -- (in a block: the chunk has at most 200 locals at once)
   local hv, ha0, ht0, hcur, hW -- the last head read, and its string
+  local HV, HA, HT, HC = {}, {}, {}, {}
   function subHead(v, at, total)
     if v ~= hv then -- a string is interned: == compares pointers
       hv, ha0, ht0, hcur, hW = v, sunpack('<dddB', v, #v - 25)
@@ -114,6 +99,85 @@ do -- (in a block: the chunk has at most 200 locals at once)
     end
     return at0, cur, W, t0
   end
+
+  -- parse reads a stored string (false: none; one of another layout: none,
+  -- written over) of key k; run reads every such key of the batch with one
+  -- MGET (see prefetch), load one alone. It keeps k's head (HV..HC).
+  function subParse(v, N, k)
+    if not v then
+      HV[k] = false
+      return 0, 0, '', false
+    end
+    local n = #v
+    local W = n > 26 and byte(v, n - 1)
+    if not SUBW[W] or n ~= N * W + 26 then
+      HV[k] = false
+      return 0, 0, '', true
+    end
+    local at, total, cur = sunpack('<ddd', v, n - 25)
+    HV[k], HA[k], HT[k], HC[k] = v, at, total, cur
+    return at, total, v, true
+  end
+
+  function subLoad(key, _, N, k)
+    return subParse(redis.call('GET', key), N, k)
+  end
+
+  -- subHit decides, consumes and reports a plain hit of n on key k (limit L,
+  -- or C for a pool's class; the burst unused) on the commonest path: admitted, in its stored
+  -- string's own sub-window, which holds hits already. It returns remaining
+  -- and reset as decide, consume and report give them, from the head parse
+  -- read, or nothing, having changed nothing, for any other case (the
+  -- general path's).
+  function subHit(k, L, n, _, C)
+    local at, v, total = s1[k], s3[k], s2[k]
+    local t = total + n
+    L = C or L
+    if v ~= HV[k] or at ~= HA[k] or t > L or t > MAX or HC[k] + (total - HT[k]) == 0 then
+      return nil
+    end
+    s2[k], dirty[k] = t, true
+    local N = KN[k]
+    local s = KW[k] / N
+    local e = now - at * s
+    if e < 0 then
+      e = 0
+    end
+    return L - t, (N + 1) * s - e
+  end
+
+  -- store: the TTL is when the newest sub-window holding hits leaves the
+  -- estimate (limiter's subExpires). A string consume kept (subHead) changed
+  -- at most its total and cur, in place, its TTL unchanged: one SETRANGE of
+  -- those 16 bytes, no string of the whole counter made.
+  function subStore(key, w, N, at, total, v, oat, ototal, ov, exists, k)
+    if v == ov then
+      if total ~= ototal and at == oat then
+        local n = #v
+        local off = SUBFMT[-n] -- SETRANGE's offset of the head's total
+        if not off then
+          off = fmt('%d', n - 18)
+          SUBFMT[-n] = off
+        end
+        -- v is k's stored string (HV[k]), at its sub-window (HA[k]).
+        redis.call('SETRANGE', key, off, spack('<dd', total, HC[k] + (total - HT[k])))
+      end
+      return
+    elseif total == 0 then
+      if exists then
+        redis.call('DEL', key)
+      end
+      return
+    end
+    local at0, cur, W, t0 = subHead(v, at, total)
+    if at0 == at and t0 ~= total then
+      -- Built by one entry of the call, then changed in place by another.
+      salt = (salt + 1) % 256
+      v = spack(subSame(W, N), v, at, total, cur, W, salt)
+    end
+    redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N, at, total) + N + 1) * (w / N) - now))
+  end
+
 end
 
 -- roll moves the state to sub-window j: the total loses the slots that
@@ -169,7 +233,7 @@ local function subDecide(at, total, v, w, L, n, _, N, C)
 end
 
 -- newest is the sub-window of the newest hits of a non-empty state.
-local function subNewest(v, N, at, total)
+function subNewest(v, N, at, total)
   local at0, cur, W = subHead(v, at, total)
   if cur ~= 0 then
     return at0
@@ -316,38 +380,6 @@ local function subReport(at, total, v, w, L, allowed, _, N, C)
 end
 
 
--- store: the TTL is when the newest sub-window holding hits leaves the
--- estimate (limiter's subExpires). A string consume kept (subHead) changed
--- at most its total and cur, in place, its TTL unchanged: one SETRANGE of
--- those 16 bytes, no string of the whole counter made.
-local function subStore(key, w, N, at, total, v, oat, ototal, ov, exists)
-  if v == ov then
-    if total ~= ototal and at == oat then
-      local n = #v
-      local off = SUBFMT[-n] -- SETRANGE's offset of the head's total
-      if not off then
-        off = fmt('%d', n - 18)
-        SUBFMT[-n] = off
-      end
-      local _, cur = subHead(v, at, total)
-      redis.call('SETRANGE', key, off, spack('<dd', total, cur))
-    end
-    return
-  elseif total == 0 then
-    if exists then
-      redis.call('DEL', key)
-    end
-    return
-  end
-  local at0, cur, W, t0 = subHead(v, at, total)
-  if at0 == at and t0 ~= total then
-    -- Built by one entry of the call, then changed in place by another.
-    salt = (salt + 1) % 256
-    v = spack(subSame(W, N), v, at, total, cur, W, salt)
-  end
-  redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N, at, total) + N + 1) * (w / N) - now))
-end
-
 -- undo subtracts delta from sub-window idx while the estimate counts it,
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
 -- decodes and encodes every slot.
@@ -372,4 +404,7 @@ end
 
 
 register('sliding_window', { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide,
-  consume = subConsume, report = subReport, store = subStore, undo = subUndo }, true)
+  consume = subConsume, report = subReport, store = subStore, undo = subUndo, hit = subHit, fits = true,
+  bind = function()
+    SUBZERO = string.rep('\0', 8 * 64)
+  end }, true)

@@ -157,4 +157,37 @@ end
 
 
 register('token_bucket', { load = tokenLoad, parse = tokenParse, roll = tokenRoll, decide = tokenDecide,
-  consume = tokenConsume, report = tokenReport, store = tokenStore, undo = tokenUndo })
+  consume = tokenConsume, report = tokenReport, store = tokenStore, undo = tokenUndo,
+  -- hit is an admitted plain hit's decide, consume and report with the
+  -- bucket's parameters computed once (consume's are report's but for
+  -- the capacity, which only decide and report read), or nothing for a
+  -- denial or a bucket of no rate (the general path's).
+  hit = function(k, L, n, B, C)
+    local w = KW[k]
+    local rp, wp, bw = tokenParams(w, L, B, C)
+    if rp == 0 then
+      return nil
+    end
+    local D = tokenDebt(s1[k], s2[k], s3[k], rp)
+    if D + n * wp > bw then
+      return nil
+    end
+    local D2 = MAX
+    if n * wp <= MAX - D then
+      D2 = D + n * wp
+    end
+    local t, f, d = tokenState(D2, rp)
+    s1[k], s2[k], s3[k], dirty[k] = t, f, d, true
+    D = tokenDebt(t, f, d, rp)
+    local reset = 0
+    if D > 0 then
+      reset = idiv(D, rp)
+      if reset * rp < D then
+        reset = reset + 1
+      end
+    end
+    if D >= bw then
+      return 0, reset
+    end
+    return idiv(bw - D, wp), reset
+  end })
