@@ -3,9 +3,13 @@ package app
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -27,6 +31,16 @@ type backend struct {
 	store  limiter.Store // what the decision calls: the opened store under its decorators
 	shares rlqs.Store    // the store's shared limits, for quota
 	redis  *redis.Store  // the opened Redis store, nil for memory
+	// cache is the limiter cache around a Redis store (nil for memory,
+	// where every decision is in process already); local is failure mode
+	// local's store; both set by compose.
+	cache *limiter.Cache
+	local *limiter.Local
+	// id names this instance in the heartbeat; live is the instances last
+	// counted there (0: never); localInstances is --local-instances.
+	id             string
+	live           atomic.Int64
+	localInstances int
 	// observers are told of every store call with the decision's own
 	// timing of it (ratelimit.StoreObserver), set by compose.
 	observers []ratelimit.StoreObserver
@@ -44,7 +58,7 @@ type backend struct {
 // decision pays for its connections inside its deadline; Redis may be
 // down: the health checks try again, and readiness waits for it.
 func openBackend(set *settings.Settings, log *zap.Logger) (*backend, error) {
-	b := &backend{log: log}
+	b := &backend{log: log, id: instanceID()}
 	if set.RedisURL == "" && set.RedisSentinel == "" && set.RedisCluster == "" {
 		b.kind = "memory"
 		b.store = limiter.NewMemoryStore(limiter.MemoryOptions{MaxCounters: set.MaxCounters})
@@ -106,7 +120,12 @@ func redisSettings(set *settings.Settings) redis.Settings {
 //     sees every call the decision makes, as the decision makes it;
 //  2. the over-limit cache (--over-limit-cache, Redis only), which answers
 //     from memory the hits it knows to be over their limit;
-//  3. the opened store.
+//  3. the limiter cache (Redis only), which decides the hits of cached
+//     limits in process from their counters' shared counts (limiter.Cache);
+//  4. the opened store.
+//
+// Beside the chain, failure mode local's store (limiter.Local) decides
+// while the opened store fails, each limit divided by the live instances.
 //
 // Then the decision tells, after its metrics, the status page (its store
 // latencies and errors) and tracing (a "store.apply" span), in that order,
@@ -114,6 +133,13 @@ func redisSettings(set *settings.Settings) redis.Settings {
 // once (ratelimit.StoreObserver). A nil status or trace is off.
 func (b *backend) compose(set *settings.Settings, reg prometheus.Registerer, wrap func(limiter.Store) limiter.Store,
 	status *statuspage.Recorder, trace *tracing) {
+	b.localInstances = set.LocalInstances
+	b.local = limiter.NewLocal(limiter.LocalOptions{Instances: b.outageInstances, MaxCounters: set.MaxCounters})
+	if b.redis != nil {
+		b.cache = limiter.NewCache(b.store, limiter.CacheOptions{Period: set.CacheSync, Instances: b.liveInstances})
+		b.store = b.cache
+		b.registerCache(reg)
+	}
 	if set.OverLimitCache && b.redis != nil {
 		c := limiter.NewOverLimitCache(b.store, limiter.OverLimitOptions{})
 		b.store = c
@@ -128,6 +154,89 @@ func (b *backend) compose(set *settings.Settings, reg prometheus.Registerer, wra
 	}
 	if trace != nil {
 		b.observers = append(b.observers, trace.storeSpans(b.kind))
+	}
+}
+
+// registerCache registers the limiter cache's and the local store's
+// metrics.
+func (b *backend) registerCache(reg prometheus.Registerer) {
+	c := b.cache
+	for _, m := range []struct {
+		name, help string
+		v          func() int64
+	}{
+		{"sluice_cache_decisions_total", "Hits of cached limits decided in process by the limiter cache.", func() int64 { return c.Stats().Decided }},
+		{"sluice_cache_near_limit_total", "Hits of warm cached limits sent to Redis because they were near the limit.", func() int64 { return c.Stats().Near }},
+		{"sluice_cache_syncs_total", "Calls of the limiter cache adding pending hits to Redis and reading the counts back.", func() int64 { return c.Stats().Syncs }},
+		{"sluice_cache_synced_hits_total", "Hits the limiter cache added to Redis.", func() int64 { return c.Stats().SyncedHits }},
+		{"sluice_local_decisions_total", "Requests decided in process by failure mode local while the store was unavailable.", b.local.Decided},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
+			func() float64 { return float64(m.v()) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_live_instances",
+		Help: "Instances alive in the Redis heartbeat, this one included, as last counted (0: never counted)."},
+		func() float64 { return float64(b.live.Load()) }))
+}
+
+// liveInstances is the instances last counted alive, at least 1.
+func (b *backend) liveInstances() int { return int(max(b.live.Load(), 1)) }
+
+// outageInstances is what failure mode local divides each limit by:
+// --local-instances, else the live instances last counted, else 1.
+func (b *backend) outageInstances() int {
+	if b.localInstances > 0 {
+		return b.localInstances
+	}
+	return b.liveInstances()
+}
+
+// heartbeatTTL is how long an instance counts as alive after its last
+// heartbeat; heartbeats are sent every third of it.
+const heartbeatTTL = 3 * time.Second
+
+// run syncs the limiter cache and, while needed says so, keeps this
+// instance's heartbeat in Redis, until ctx ends; then it flushes the
+// cache's pending hits. Nothing for memory.
+func (b *backend) run(ctx context.Context, needed func() bool) {
+	if b.redis == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { b.cache.Run(ctx, closeFlushTimeout) })
+	t := time.NewTicker(heartbeatTTL / 3)
+	defer t.Stop()
+	for {
+		if needed() {
+			hctx, cancel := context.WithTimeout(ctx, heartbeatTTL/3)
+			if n, err := b.redis.Heartbeat(hctx, b.id, heartbeatTTL); err == nil {
+				b.live.Store(int64(n))
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// closeFlushTimeout bounds the flush of the limiter cache's pending hits at
+// shutdown.
+const closeFlushTimeout = time.Second
+
+// flush adds the limiter cache's pending hits to Redis now (a reload), or
+// at least starts to: it waits at most closeFlushTimeout.
+func (b *backend) flush(ctx context.Context) {
+	if b.cache == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, closeFlushTimeout)
+	defer cancel()
+	if err := b.cache.Flush(ctx); err != nil {
+		b.log.Warn("limiter cache: pending hits not added to redis", zap.Error(err))
 	}
 }
 
@@ -172,6 +281,7 @@ func (b *backend) close() error {
 	if b.redis == nil || !b.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	b.flush(context.Background())
 	return b.redis.Close()
 }
 
@@ -190,4 +300,11 @@ func tlsSetting(set *settings.Settings) string {
 		}
 	}
 	return ""
+}
+
+// instanceID names this process in the heartbeat: its host and pid, and a
+// random part, so that two processes never share a name.
+func instanceID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), rand.Uint64())
 }

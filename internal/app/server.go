@@ -252,7 +252,7 @@ func (srv *server) newConfig() error {
 	if err != nil {
 		return err
 	}
-	srv.config = source.NewPolicyState(srv.reg, srv.core, src, &descriptors.Policy{Defaults: s.Defaults()}, log)
+	srv.config = source.NewPolicyState(srv.reg, reloadSink{srv.core, srv.store}, src, &descriptors.Policy{Defaults: s.Defaults()}, log)
 	if s.Overlay != "" {
 		if err := srv.config.WatchOverlay(s.Overlay, s.Defaults(), s.ReloadDebounce); err != nil {
 			return fmt.Errorf("--overlay: %w", err)
@@ -376,10 +376,14 @@ func (srv *server) serve(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	errc := make(chan error, 2+len(srv.extra))
 	var wg, bgWG sync.WaitGroup
-	bgWG.Add(2)
+	bgWG.Add(3)
 	go func() {
 		defer bgWG.Done()
 		srv.watchHealth(bg)
+	}()
+	go func() {
+		defer bgWG.Done()
+		srv.store.run(bg, srv.heartbeatNeeded)
 	}()
 	go func() {
 		defer bgWG.Done()

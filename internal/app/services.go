@@ -1,6 +1,11 @@
 package app
 
 import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/pkg/descriptors"
 	"github.com/sluicehq/sluice/pkg/ratelimit"
 	"github.com/sluicehq/sluice/pkg/rlqs"
 	"github.com/sluicehq/sluice/pkg/rls"
@@ -44,8 +49,18 @@ func (srv *server) newServices() error {
 		ShadowMode:     s.ShadowMode,
 		Overdraw:       s.Overdraw,
 		CountDenied:    s.CountDenied,
+		Cache:          s.Cache && srv.store.cache != nil,
+		Local:          srv.store.local,
 		Tenants:        tenantLookup,
 	})
+	srv.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_since_seconds",
+		Help: "When failure mode local began deciding in process because the store failed (Unix seconds); 0 while the store answers."},
+		func() float64 {
+			if t := srv.core.LocalSince(); !t.IsZero() {
+				return float64(t.UnixNano()) / 1e9
+			}
+			return 0
+		}))
 	srv.svc = rls.New(rls.Options{
 		Decider:         srv.core,
 		Metrics:         rlsMetrics,
@@ -93,4 +108,35 @@ func (srv *server) newQuota() error {
 		MaxStreamsPerConnection: r.MaxStreamsPerConnection,
 	})
 	return nil
+}
+
+// reloadSink makes a config the service's, then adds the limiter cache's
+// pending hits to Redis, so that the new config's limits start from the
+// shared counts.
+type reloadSink struct {
+	*ratelimit.Service
+	store *backend
+}
+
+func (r reloadSink) SetConfig(c *descriptors.Config) {
+	r.Service.SetConfig(c)
+	r.store.flush(context.Background())
+}
+
+// heartbeatNeeded reports whether this instance's heartbeat is wanted: a
+// failure mode local divides by the live instances (the process default
+// or a domain of the config in force), or the limiter cache holds
+// counters (it estimates the others' rate from them).
+func (srv *server) heartbeatNeeded() bool {
+	if srv.set.Failure() == descriptors.FailureModeLocal || srv.store.cache.Len() > 0 {
+		return true
+	}
+	if cfg := srv.core.Config(); cfg != nil {
+		for _, d := range cfg.Domains() {
+			if d.FailureMode == descriptors.FailureModeLocal {
+				return true
+			}
+		}
+	}
+	return false
 }

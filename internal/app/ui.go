@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/settings"
 	"github.com/sluicehq/sluice/internal/statuspage"
@@ -46,6 +48,10 @@ func (srv *server) handleUI(mux *http.ServeMux) {
 		ConfigStatus: srv.page.pageStatus,
 		Health: func(ctx context.Context) string {
 			if err := srv.store.ping(ctx); err != nil {
+				if t := srv.core.LocalSince(); !t.IsZero() {
+					return fmt.Sprintf("store unreachable: %v; deciding locally (failure mode local) since %s, %d local decisions so far",
+						err, t.UTC().Format(time.RFC3339), srv.store.local.Decided())
+				}
 				return "store unreachable: " + err.Error()
 			}
 			return ""

@@ -75,8 +75,8 @@ func from[T any](v T, flag string) descriptors.Field[T] {
 
 // DefaultsInForce is the start-up line's account of the defaults of the
 // rules that set none: "algorithm=sliding_window sub_windows=50
-// token_bucket_burst=100% failure_mode=error".
+// token_bucket_burst=100% failure_mode=error cache=false".
 func (s *Settings) DefaultsInForce() string {
-	return fmt.Sprintf("algorithm=%s sub_windows=%d token_bucket_burst=%s failure_mode=%s",
-		s.Algorithm, s.SubWindows, s.TokenBucketBurst, s.FailureMode)
+	return fmt.Sprintf("algorithm=%s sub_windows=%d token_bucket_burst=%s failure_mode=%s cache=%t",
+		s.Algorithm, s.SubWindows, s.TokenBucketBurst, s.FailureMode, s.Cache)
 }

@@ -24,7 +24,7 @@ func TestDefaults(t *testing.T) {
 		d.BurstPercent.Value != 250 || d.BurstPercent.Pos.File != "--token-bucket-burst" {
 		t.Errorf("defaults %+v", d)
 	}
-	if got, want := s.DefaultsInForce(), "algorithm=token_bucket sub_windows=10 token_bucket_burst=250% failure_mode=error"; got != want {
+	if got, want := s.DefaultsInForce(), "algorithm=token_bucket sub_windows=10 token_bucket_burst=250% failure_mode=error cache=false"; got != want {
 		t.Errorf("start-up line %q, want %q", got, want)
 	}
 

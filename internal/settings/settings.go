@@ -83,6 +83,13 @@ type Settings struct {
 	RawBody         bool
 	DynamicMetadata bool
 	FailureMode     string
+	// Cache and CacheSync are --cache, the limiter cache of the limits
+	// whose rate_limit and domain set none, and --cache-sync, its period;
+	// LocalInstances is --local-instances, the instances a failure_mode
+	// local divides by (0: the live count last seen).
+	Cache          bool
+	CacheSync      time.Duration
+	LocalInstances int
 	// Algorithm, SubWindows and TokenBucketBurst are --algorithm,
 	// --sub-windows and --token-bucket-burst: the defaults of the limits
 	// that set none (Defaults); Overlay is --overlay, the policy overlay's
@@ -187,7 +194,10 @@ func (s *Settings) table() []setting {
 		{"count-denied", "count the hits of a denied request too, as envoyproxy/ratelimit does: a hit is over the limit when the count after it would pass the limit, and counts either way; for rules whose rate_limit sets no overdraw, where --overdraw does not apply, never for a pool's class", "false", &s.CountDenied},
 		{"raw-body", "send a JSON body with every 429", "false", &s.RawBody},
 		{"dynamic-metadata", "return matched rules' metadata as dynamic_metadata", "false", &s.DynamicMetadata},
-		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow or deny", "error", &s.FailureMode},
+		{"failure-mode", "when the store fails and the domain sets no failure_mode: error (gRPC UNAVAILABLE), allow, deny or local (decide in process, each instance with the limit divided by the live instances)", "error", &s.FailureMode},
+		{"local-instances", "with failure mode local: the instances to divide each limit by while the store is unavailable; 0: the live instances last counted in Redis (1 if never)", "0", &s.LocalInstances},
+		{"cache", "limiter cache of every rate limit whose rate_limit and domain set no cache (Redis only): decided in process from the last shared count plus this instance's hits, through Redis near the limit", "false", &s.Cache},
+		{"cache-sync", "limiter cache: how often an instance adds its pending hits to Redis and reads the shared counts back (the over-admission bound grows with it)", durationText(limiter.DefaultCachePeriod), &s.CacheSync},
 		{"algorithm", "algorithm of every limit whose rate_limit sets none (configs over xDS cannot): " + rateAlgorithms() + " (fixed_window counts envoyproxy/ratelimit's epoch-aligned windows)", limiter.Algorithm(0).String(), &s.Algorithm},
 		{"sub-windows", fmt.Sprintf("sub_windows of every sliding_window limit that sets none, 1 to %d (each dividing its window into whole milliseconds)", limiter.MaxSubWindows), strconv.Itoa(limiter.DefaultSubWindows), &s.SubWindows},
 		{"token-bucket-burst", "burst of every token_bucket limit that sets none, as a share of its requests_per_unit (rounded up): 100% holds one window's worth, 200% two", "100%", &s.TokenBucketBurst},
@@ -462,7 +472,13 @@ func (s *Settings) validate() error {
 		return fmt.Errorf("--log-format: unknown format %q (want json, console or auto)", s.LogFormat)
 	}
 	if _, ok := descriptors.ParseFailureMode(s.FailureMode); !ok {
-		return fmt.Errorf("--failure-mode: unknown mode %q (want error, allow or deny)", s.FailureMode)
+		return fmt.Errorf("--failure-mode: unknown mode %q (want error, allow, deny or local)", s.FailureMode)
+	}
+	if s.CacheSync < time.Millisecond || s.CacheSync > 10*time.Second {
+		return fmt.Errorf("--cache-sync: %v must be 1ms to 10s", s.CacheSync)
+	}
+	if s.LocalInstances < 0 {
+		return fmt.Errorf("--local-instances: %d must be 0 (the live count) or more", s.LocalInstances)
 	}
 	if err := s.validateDefaults(); err != nil {
 		return err

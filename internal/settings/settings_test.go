@@ -52,7 +52,7 @@ func TestSettings(t *testing.T) {
 	}{
 		{[]string{"--response-headers", "ietf"}, nil, `--response-headers: unknown response header set "ietf" (want draft, compat, draft,compat or none)`},
 		{[]string{"--log-level", "loud"}, nil, `--log-level: unknown level "loud" (want debug, info, warn or error)`},
-		{[]string{"--failure-mode", "maybe"}, nil, `--failure-mode: unknown mode "maybe" (want error, allow or deny)`},
+		{[]string{"--failure-mode", "maybe"}, nil, `--failure-mode: unknown mode "maybe" (want error, allow, deny or local)`},
 		{[]string{"--max-descriptors", "0"}, nil, `--max-descriptors: 0 must be at least 1`},
 		{[]string{"--rlqs-assignment-ttl", "1500ms"}, nil, `--rlqs-assignment-ttl: 1.5s: want whole seconds, at least 1s (Envoy reads only the seconds)`},
 		{[]string{"--rlqs-idle", "5s"}, nil, `--rlqs-idle: 5s is shorter than --rlqs-assignment-ttl (10s): a bucket forgotten earlier gives its share to others while its Envoy still spends its assignment`},

@@ -156,8 +156,12 @@ func (b *builder) document(doc *Document) *Domain {
 		if mode, ok := ParseFailureMode(f.Value); ok {
 			d.FailureMode = mode
 		} else {
-			b.errorAt(f.Pos, "failure_mode", "unknown failure_mode %s (want error, allow or deny)", quote(f.Value))
+			b.errorAt(f.Pos, "failure_mode", "unknown failure_mode %s (want error, allow, deny or local)", quote(f.Value))
 		}
+	}
+	if f := doc.Cache; state(b, f, "cache") == FieldSet {
+		v := f.Value
+		d.Cache = &v
 	}
 	b.names = make(map[string]bool)
 	d.Rules = b.descriptors(doc.Descriptors, "descriptors", d.Name+".", nil, 1)
@@ -462,6 +466,23 @@ func (b *builder) overdraw(rl *RateLimitNode, l *Limit, path string) {
 	}
 	v := f.Value
 	l.Overdraw = &v
+}
+
+// cache fills l.Cache from rl's cache at path (nil when unset), refusing
+// true for an algorithm that counts requests in flight: a slot must be
+// taken in the store, or two instances could both hand out the last one.
+func (b *builder) cache(rl *RateLimitNode, l *Limit, path string) {
+	f := rl.Cache
+	if state(b, f, path+".cache") != FieldSet {
+		return
+	}
+	if f.Value && l.Algorithm.Traits().InFlight {
+		b.errorAt(f.KeyPos, path+".cache", "cache with algorithm %s (requests in flight are counted exactly in the store; cache needs %s)", l.Algorithm,
+			choices(algorithmNames(func(t limiter.Traits) bool { return !t.InFlight })))
+		return
+	}
+	v := f.Value
+	l.Cache = &v
 }
 
 // rateLimitList builds rate_limits at path: each item a limit of its own

@@ -31,6 +31,13 @@ func (b *builder) pool(n *Node, r *Rule, path string) *Pool {
 			"overdraw with classes (every report would count, so a low class's reports could take the reserve of the classes "+
 				"above it): count usage reported after the response in a rule of its own, without classes")
 		return nil
+	case n.RateLimit.Cache.State == FieldSet && n.RateLimit.Cache.Value:
+		// A class's ceiling is of the pool's count at the decision, which
+		// the other classes move on every instance: only the store knows it.
+		b.errorAt(n.RateLimit.Cache.KeyPos, strings.TrimSuffix(path, ".classes")+".rate_limit.cache",
+			"cache with classes (a class's ceiling is of the pool's count at the decision, which only the store knows): "+
+				"a pool is decided exactly")
+		return nil
 	}
 	p := &Pool{}
 	switch f := c.Key; state(b, f, path+".key") {

@@ -139,7 +139,7 @@ func TestBuildErrors(t *testing.T) {
 				`xds:r: descriptors[1].rate_limit.unit: a value its source could not decode`,
 			}},
 		{"failure mode", []*descriptors.Document{{File: "xds:r", Domain: descriptors.Set("d"), FailureMode: descriptors.Set("open")}},
-			[]string{`xds:r: failure_mode: unknown failure_mode "open" (want error, allow or deny)`}},
+			[]string{`xds:r: failure_mode: unknown failure_mode "open" (want error, allow, deny or local)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := descriptors.Build(tc.docs...)

@@ -32,6 +32,11 @@ type Domain struct {
 	// FailureMode is the domain's failure_mode (a Sluice addition);
 	// FailureModeUnset when the file sets none.
 	FailureMode FailureMode
+	// Cache is the domain's cache (a Sluice addition), the limiter cache of
+	// every rate limit of the domain that sets none (Limit.Cache); nil when
+	// the file sets none: the service's default (the --cache setting)
+	// decides.
+	Cache *bool
 	// Rules are the top-level descriptors, in config order.
 	Rules []*Rule
 	// Changes are what a Policy (an overlay entry, a process default)

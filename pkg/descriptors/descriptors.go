@@ -112,6 +112,13 @@ type Limit struct {
 	// default (the --overdraw setting) decides. Never true for sliding_log
 	// or concurrency.
 	Overdraw *bool
+	// Cache is rate_limit.cache, a Sluice addition: the limit is decided in
+	// process from its counter's last shared count plus this instance's
+	// hits since, synced with the store every period, and through the store
+	// near the limit (limiter.Limit.Cache). nil when unset: the domain's
+	// cache, else the service's default (the --cache setting), decides.
+	// Never true for concurrency or a pool's class, which stay exact.
+	Cache *bool
 	// Ceiling is, on the limit of a pool's class, the class's ceiling in
 	// permille of the pool (classes.ceilings[].ceiling, 1 to 1000); 0 on
 	// every other limit. It is limiter.Limit.Ceiling: not part of the
@@ -155,11 +162,15 @@ const (
 	FailureModeAllow
 	// FailureModeDeny answers OVER_LIMIT for every limited descriptor.
 	FailureModeDeny
+	// FailureModeLocal decides in process, each instance with the limits
+	// divided by the live instances, until the store answers again.
+	FailureModeLocal
 )
 
-var failureModeNames = [...]string{"", "error", "allow", "deny"}
+var failureModeNames = [...]string{"", "error", "allow", "deny", "local"}
 
-// String returns the config spelling of m ("error", "allow", "deny"), and
+// String returns the config spelling of m ("error", "allow", "deny",
+// "local"), and
 // "" for FailureModeUnset.
 func (m FailureMode) String() string {
 	if int(m) < len(failureModeNames) {
@@ -168,8 +179,8 @@ func (m FailureMode) String() string {
 	return fmt.Sprintf("failure_mode(%d)", uint8(m))
 }
 
-// ParseFailureMode returns the FailureMode spelled s ("error", "allow" or
-// "deny", case-insensitively), and false for anything else, "" included.
+// ParseFailureMode returns the FailureMode spelled s ("error", "allow",
+// "deny" or "local", case-insensitively), and false for anything else, "" included.
 func ParseFailureMode(s string) (FailureMode, bool) {
 	s = strings.ToLower(s)
 	for m := FailureModeError; int(m) < len(failureModeNames); m++ {

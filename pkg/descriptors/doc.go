@@ -65,7 +65,7 @@
 //     of pkg/limiter's table, sliding_window when unset) with its parameters
 //     burst, sub_windows and overdraw, rate_limits (several limits on one
 //     descriptor), classes (priority classes sharing one pool) and a
-//     top-level failure_mode (error, allow or deny).
+//     top-level failure_mode (error, allow, deny or local).
 //   - Scalars are read as envoyproxy/ratelimit's YAML 1.1 decoder reads them:
 //     `value: 200` is the string "200", bools also accept yes/no/on/off, and
 //     anchors, aliases and merge keys (<<) work.

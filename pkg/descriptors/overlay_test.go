@@ -215,3 +215,36 @@ descriptors:
 		t.Errorf("pro's limits: %v", ls)
 	}
 }
+
+// TestOverlayCache: an overlay sets cache on a domain and on a rule of a
+// config that cannot carry it (Envoy Gateway's), with failure_mode local,
+// and the rule says which entry changed it.
+func TestOverlayCache(t *testing.T) {
+	ov, file := overlayOf(t, `domain: "default/eg/*"
+failure_mode: local
+cache: false
+descriptors:
+  - key: "httproute/default/shop/rule/*"
+    descriptors:
+      - key: "*"
+        rate_limit: {cache: true}
+`)
+	got, err := (&descriptors.Policy{Overlay: ov}).Rebuild(mustParse(t, egConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := got.Domain("default/eg/http")
+	if dom.Cache == nil || *dom.Cache || dom.FailureMode != descriptors.FailureModeLocal {
+		t.Errorf("domain cache %v, failure_mode %v; want false and local", dom.Cache, dom.FailureMode)
+	}
+	shop := dom.Rules[1].Children[0]
+	if c := shop.Limit.Cache; c == nil || !*c {
+		t.Errorf("shop rule's cache = %v, want true", c)
+	}
+	if api := dom.Rules[0].Children[0]; api.Limit.Cache != nil {
+		t.Errorf("api rule's cache = %v, want unset", *api.Limit.Cache)
+	}
+	if want := []descriptors.Change{{By: file + ":7", Keys: []string{"rate_limit.cache"}}}; !reflect.DeepEqual(shop.Changes, want) {
+		t.Errorf("changes of the shop rule: %+v, want %+v", shop.Changes, want)
+	}
+}

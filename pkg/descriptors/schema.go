@@ -268,10 +268,16 @@ func domainKeys() []KeySpec {
 			domain: built[*Domain]{show: func(d *Domain) any { return d.Rules }}},
 		{Level: LevelDomain, Name: "failure_mode", Addition: true,
 			Doc: "what the domain answers when the store fails: `error` (gRPC UNAVAILABLE, for Envoy's failure_mode_deny to decide), " +
-				"`allow` or `deny`; unset, `--failure-mode`",
+				"`allow`, `deny` or `local` (decide in process with the limit divided by the live instances until the store answers); unset, `--failure-mode`",
 			doc: scalar(func(d *Document) *Field[string] { return &d.FailureMode }, strValue),
 			domain: built[*Domain]{show: func(d *Domain) any {
 				return shownIf(d.FailureMode.String(), d.FailureMode != FailureModeUnset)
+			}}},
+		{Level: LevelDomain, Name: "cache", Addition: true,
+			Doc: "the `cache` of every rate_limit of the domain that sets none; unset, `--cache` (default false)",
+			doc: scalar(func(d *Document) *Field[bool] { return &d.Cache }, boolValue),
+			domain: built[*Domain]{show: func(d *Domain) any {
+				return shownIf(d.Cache, d.Cache != nil)
 			}}},
 	}
 }
@@ -435,6 +441,13 @@ func rateLimitKeySpecs() []KeySpec {
 				}),
 			buildLimit: (*builder).calendar,
 			limit:      limitShow(showCalendar)},
+		{Level: LevelRateLimit, Name: "cache", Addition: true,
+			Doc: "decide in process from the counter's last shared count plus this instance's hits since, synced every " +
+				"`--cache-sync` (default 100 ms), and through the store near the limit (the bound: see the limiter cache); " +
+				"not with concurrency or classes; unset, the domain's `cache`, else `--cache` (default false)",
+			rl:         scalar(func(rl *RateLimitNode) *Field[bool] { return &rl.Cache }, boolValue),
+			buildLimit: (*builder).cache,
+			limit:      limitShow(func(l *Limit) any { return shownIf(l.Cache, l.Cache != nil) })},
 	}
 }
 

@@ -51,6 +51,7 @@ func TestSchemaShape(t *testing.T) {
 // at a value that is not its default.
 var everyKey = []Source{{Name: "every.yaml", Data: []byte(`domain: every
 failure_mode: deny
+cache: true
 descriptors:
   - key: pool
     value: db
@@ -69,7 +70,7 @@ descriptors:
           - {unit: minute, requests_per_unit: 10, replaces: [{name: pool}]}
           - {unit: hour, requests_per_unit: 100}
   - key: window
-    rate_limit: {unit: hour, unit_multiplier: 2, requests_per_unit: 100, sub_windows: 10, overdraw: true}
+    rate_limit: {unit: hour, unit_multiplier: 2, requests_per_unit: 100, sub_windows: 10, overdraw: true, cache: true}
   - key: internal
     value: "svc-*"
     share_threshold: true
@@ -215,7 +216,7 @@ func TestWithoutXDSOrder(t *testing.T) {
 		want []string
 	}{
 		{"pool", []string{"quota_mode", "value_to_metric", "metadata", "classes", "rate_limit.algorithm", "rate_limit.burst"}},
-		{"window", []string{"rate_limit.unit_multiplier", "rate_limit.sub_windows", "rate_limit.overdraw"}},
+		{"window", []string{"rate_limit.unit_multiplier", "rate_limit.sub_windows", "rate_limit.overdraw", "rate_limit.cache"}},
 	} {
 		var got []string
 		for _, r := range cfg.Domain("every").Rules {

@@ -66,6 +66,9 @@ type Document struct {
 	// FailureMode is failure_mode (a Sluice addition): "error", "allow" or
 	// "deny", case-insensitively, or absent.
 	FailureMode Field[string]
+	// Cache is cache (a Sluice addition): the default of the domain's
+	// rate limits that set none.
+	Cache Field[bool]
 	// Descriptors are the top-level descriptors, in source order. A nil
 	// entry is one the source could not decode (the YAML decoder's, with
 	// its error); it keeps the index of every entry after it in paths.
@@ -190,6 +193,8 @@ type RateLimitNode struct {
 	// Calendar is calendar (a Sluice addition): a fixed_window's reset on
 	// the calendar; nil when the YAML gives null.
 	Calendar Field[*CalendarNode]
+	// Cache is cache (a Sluice addition).
+	Cache Field[bool]
 }
 
 // ReplaceNode is one entry of rate_limit.replaces.

@@ -63,6 +63,13 @@ type Limit struct {
 	// shed request consumes nothing), and so does an Overdraw Limit (choose
 	// one).
 	CountDenied bool
+	// Cache lets a decorator (Cache) decide the hit in process from the
+	// counter's last shared count plus this instance's hits since, the
+	// store deciding only near the limit; a Store ignores it. Not part of
+	// the counter's identity. An algorithm that counts requests in flight
+	// (Traits.InFlight) and a pool's class (a Ceiling) refuse it: they are
+	// decided exactly.
+	Cache bool
 	// Ceiling is the share of the limit, in permille, that this hit may fill
 	// the counter to: a pool's class (rate_limit classes) is admitted only
 	// while the counter, counting every class's hits, stays within
@@ -163,6 +170,10 @@ func (l Limit) Validate() error {
 	case l.Ceiling != 0 && (l.Overdraw || l.CountDenied):
 		return errors.New("limiter: ceiling: a pool's class cannot overdraw or count denied hits: " +
 			"what it counts past its ceiling would take the reserve of the classes above it")
+	case l.Cache && t.InFlight:
+		return fmt.Errorf("limiter: cache: %v counts requests in flight, which only the store can count exactly", l.Algorithm)
+	case l.Cache && l.Ceiling != 0:
+		return errors.New("limiter: cache: a pool's class is decided on the pool's count at the decision, which only the store knows")
 	case t.MaxRequests > 0 && l.Requests > t.MaxRequests:
 		return fmt.Errorf("limiter: requests: %d is over %d, the most a %v counts (it keeps one entry per hit)",
 			l.Requests, t.MaxRequests, l.Algorithm)

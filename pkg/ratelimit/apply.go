@@ -125,6 +125,35 @@ func (s *Service) logDegraded(domain string, mode descriptors.FailureMode, err e
 		zap.Int64("suppressed", s.suppressed.Swap(0)), zap.Error(err))
 }
 
+// applyLocal decides hits on the local store because the store failed with
+// err (the caller's own end is returned as is, for failure). It counts and
+// logs the answer as the failure mode's, and marks d as decided locally.
+func (s *Service) applyLocal(ctx context.Context, d *Decision, hits []limiter.Hit, err error) ([]limiter.Result, error) {
+	if _, ok := errors.AsType[errCaller](err); ok {
+		return nil, err
+	}
+	s.opts.Metrics.observeFailure(d.Domain.Name, descriptors.FailureModeLocal.String())
+	s.failed(d.Domain.Name, err)
+	s.logDegraded(d.Domain.Name, descriptors.FailureModeLocal, err)
+	s.localSince.CompareAndSwap(0, time.Now().UnixNano())
+	results, lerr := s.opts.Local.Apply(ctx, hits)
+	if lerr != nil || len(results) != len(hits) {
+		return nil, err
+	}
+	d.FailureMode = descriptors.FailureModeLocal
+	return results, nil
+}
+
+// LocalSince returns when decisions began to be made locally (failure mode
+// local) because the store failed, and the zero time while the store
+// answers. It is safe for concurrent use.
+func (s *Service) LocalSince() time.Time {
+	if ns := s.localSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // failureMode is d's domain's failure mode, else the service's.
 func (s *Service) failureMode(d Decision) descriptors.FailureMode {
 	if d.Domain.FailureMode != descriptors.FailureModeUnset {

@@ -37,6 +37,7 @@ func plan(d *Decision, req *Request, sc *scratch, c counting) []limiter.Hit {
 		for _, ls := range st.Limits {
 			h.Limit = ls.Limit.Store()
 			h.Limit.Overdraw, h.Limit.CountDenied = c.of(ls.Limit)
+			h.Limit.Cache = c.cached(d.Domain, ls.Limit)
 			hits = append(hits, h)
 		}
 	}
@@ -47,7 +48,24 @@ func plan(d *Decision, req *Request, sc *scratch, c counting) []limiter.Hit {
 // counting is how the service counts a limit whose config does not say
 // (Options.Overdraw, Options.CountDenied).
 type counting struct {
-	overdraw, countDenied bool
+	overdraw, countDenied, cache bool
+}
+
+// cached returns whether l, a limit of dom, is decided by the limiter
+// cache: its own cache, else the domain's, else the service's
+// (Options.Cache); never for an algorithm that counts requests in flight
+// nor a pool's class, which only the store decides exactly.
+func (c counting) cached(dom *descriptors.Domain, l *descriptors.Limit) bool {
+	if l.Algorithm.Traits().InFlight || l.Ceiling != 0 {
+		return false
+	}
+	switch {
+	case l.Cache != nil:
+		return *l.Cache
+	case dom.Cache != nil:
+		return *dom.Cache
+	}
+	return c.cache
 }
 
 // of returns l's Overdraw and CountDenied: a limit with its own overdraw

@@ -99,7 +99,8 @@ type Decision struct {
 	ExceedsLimit bool
 	// FailureMode is the failure mode that answered, because the store
 	// failed; FailureModeUnset when the store answered. Statuses then carry
-	// their Limit but no Result.
+	// their Limit but no Result, except under FailureModeLocal, whose
+	// Results are the local store's (of each limit's share).
 	FailureMode descriptors.FailureMode
 	// Config is the config snapshot the decision used; never nil in a
 	// Decision that Decide returned without error.

@@ -127,6 +127,7 @@ func overrideLimit(o *Override, r *descriptors.Rule) (*descriptors.Limit, error)
 	l := &descriptors.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, UnitMultiplier: m, SubWindows: limiter.DefaultSubWindows}
 	if r != nil && r.Limit != nil {
 		l.Algorithm, l.Burst, l.SubWindows, l.Overdraw = r.Limit.Algorithm, r.Limit.Burst, r.Limit.SubWindows, r.Limit.Overdraw
+		l.Cache = r.Limit.Cache
 		if n := int64(l.SubWindows); n > 1 && l.Window().Milliseconds()%n != 0 {
 			l.SubWindows = limiter.DefaultSubWindows
 		}

@@ -51,6 +51,15 @@ type Options struct {
 	// that cannot (sliding_log, concurrency) and pools' classes ignore it:
 	// a shed request consumes nothing.
 	CountDenied bool
+	// Cache is the limiter cache of every limit whose config and domain do
+	// not say (descriptors.Limit.Cache, descriptors.Domain.Cache): its hits
+	// carry limiter.Limit.Cache, for a limiter.Cache in the Store to decide
+	// in process. Concurrency limits and pools' classes ignore it.
+	Cache bool
+	// Local decides the requests of a domain whose failure mode is
+	// FailureModeLocal while the Store fails (limiter.Local: each limit
+	// divided among the instances); nil answers them as FailureModeError.
+	Local limiter.Store
 	// Tenants gives the rows of tenant tables (tenants_from) to the rules
 	// that name one; nil gives every value its rule's own limits.
 	Tenants Tenants
@@ -71,6 +80,7 @@ type Service struct {
 	errObs    []ErrorObserver // the Observers that are also ErrorObservers
 
 	lastDegraded atomic.Int64 // UnixNano of the last degraded-answer log line
+	localSince   atomic.Int64 // UnixNano of the first local decision since the store last answered, 0 for none
 	suppressed   atomic.Int64 // degraded answers not logged since
 	scratch      sync.Pool    // *scratch, reused per call
 }
@@ -214,12 +224,17 @@ func (s *Service) Decide(ctx context.Context, req *Request) (Decision, error) {
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	hits := plan(&d, req, sc, counting{overdraw: s.opts.Overdraw, countDenied: s.opts.CountDenied})
+	hits := plan(&d, req, sc, counting{overdraw: s.opts.Overdraw, countDenied: s.opts.CountDenied, cache: s.opts.Cache})
 	defer func() { clear(hits); sc.hits = hits[:0] }()
 	if len(hits) == 0 {
 		return d, nil
 	}
 	results, err := s.apply(ctx, hits, s.failureMode(d) != descriptors.FailureModeError)
+	if err != nil && s.failureMode(d) == descriptors.FailureModeLocal && s.opts.Local != nil {
+		results, err = s.applyLocal(ctx, &d, hits, err)
+	} else if err == nil && s.localSince.Load() != 0 {
+		s.localSince.Store(0) // the store answers again
+	}
 	if err != nil {
 		return s.failure(d, err)
 	}

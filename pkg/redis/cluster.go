@@ -234,6 +234,9 @@ func (d *decider) runDirect(ctx context.Context, es []*entry) []error {
 	return errs
 }
 
+// slotOf is key's Cluster slot, 0 on a standalone or Sentinel Redis.
+func (d *decider) slotOf(key string) int { return d.ns.slotOf(key) }
+
 // splitKeys is split with the hits' counter keys (keysOf) already made.
 func (d *decider) splitKeys(hits []limiter.Hit, keys []string) (groups []*group, quotaSplit bool) {
 	n := len(hits)

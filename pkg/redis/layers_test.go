@@ -25,7 +25,7 @@ var layerOf = map[string]string{
 	"node.go": "node", "lanes.go": "node", "gate.go": "node", "nodes.go": "node",
 	"cluster.go": "decider", "refund.go": "decider",
 	"lease.go": "lease",
-	"store.go": "store", "open.go": "store", "quota.go": "store", "tenants.go": "store",
+	"store.go": "store", "open.go": "store", "quota.go": "store", "tenants.go": "store", "heartbeat.go": "store",
 	"doc.go": "",
 }
 

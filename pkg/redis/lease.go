@@ -129,8 +129,11 @@ func newLeases(o leaseOptions) *leases {
 // which other classes move) of an algorithm that leases
 // (limiter.Traits.Lease: the fixed and sliding windows; not on a calendar,
 // whose periods the lease's window cannot name), whose hits fit the limit.
+// A hit of a cached limit (limiter.Limit.Cache) is not leased: it reaches
+// the store only near its limit, where the limiter cache wants the store's
+// exact answer.
 func leasable(h limiter.Hit) bool {
-	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && h.Limit.Ceiling == 0 &&
+	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && !h.Limit.Cache && h.Limit.Ceiling == 0 &&
 		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease && h.Limit.Calendar.Unit == limiter.CalendarNone
 }
 

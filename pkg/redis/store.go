@@ -126,7 +126,10 @@ type Store struct {
 	leases *leases // nil when off
 }
 
-var _ limiter.Store = (*Store)(nil)
+var (
+	_ limiter.Store       = (*Store)(nil)
+	_ limiter.Partitioner = (*Store)(nil)
+)
 
 // New returns a Store deciding on c, which it owns from then on: Close closes
 // it. When c is a *goredis.ClusterClient, hits are grouped by slot. For the
@@ -264,4 +267,25 @@ func (s *Store) keysOf(hits []limiter.Hit) []string {
 		keys[i] = counterKey(s.prefix, h)
 	}
 	return keys
+}
+
+// Partition groups the indexes of hits by the Cluster slot of their
+// counters, in ascending order of first appearance: one group on a
+// standalone or Sentinel Redis. Hits of one group applied together are one
+// script entry; groups applied at once go to each node in one call
+// (limiter.Partitioner, for the limiter cache's syncs).
+func (s *Store) Partition(hits []limiter.Hit) [][]int {
+	at := map[int]int{}
+	var groups [][]int
+	for i, h := range hits {
+		slot := s.d.slotOf(counterKey(s.prefix, h)) // 0 for every key off a Cluster: one group
+		g, ok := at[slot]
+		if !ok {
+			g = len(groups)
+			at[slot] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }

@@ -298,7 +298,7 @@ func TestProcessDefaultAlgorithm(t *testing.T) {
 	xds := startCmd(t, exec.Command(command(t, "xds-serve"), "--addr", "127.0.0.1:0", "--interval", "50ms", "--log-format", "json", cfgDir))
 	s := startSluice(t, "--xds-server", xds.GRPCAddr, "--xds-node-id", "envoy-ratelimit", "--algorithm", "fixed_window",
 		"--redis-url", "redis://"+redistest.Addr(t)+"/0", "--redis-prefix", redistest.Prefix(t.Name()))
-	if !strings.Contains(s.Log(), `"defaults":"algorithm=fixed_window sub_windows=50 token_bucket_burst=100% failure_mode=error"`) {
+	if !strings.Contains(s.Log(), `"defaults":"algorithm=fixed_window sub_windows=50 token_bucket_burst=100% failure_mode=error cache=false"`) {
 		t.Errorf("no start-up line with the defaults in force:\n%s", s.Log())
 	}
 	const route = "second-route_second-route.rule-0-match-0_rule-0-match-0"
