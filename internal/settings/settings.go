@@ -139,7 +139,13 @@ type setting struct {
 	ptr         any
 }
 
+// table is every setting, in the order of the settings table in the docs.
 func (s *Settings) table() []setting {
+	return slices.Concat(s.listenerTable(), s.redisTable(), s.decisionTable(), s.limitsTable())
+}
+
+// listenerTable is the part of table for the config files and the listeners.
+func (s *Settings) listenerTable() []setting {
 	return []setting{
 		{"config", "descriptor config: a YAML file or a directory of them", "config", &s.Config},
 		{"config-tree", "load every file below the --config directory, of any extension, subdirectories included (envoyproxy/ratelimit's layout)", "false", &s.ConfigTree},
@@ -163,6 +169,12 @@ func (s *Settings) table() []setting {
 		{"metrics-addr", "a listen address serving only the metrics, at --metrics-path (they are on --http-addr /metrics too); empty: none", "", &s.MetricsAddr},
 		{"metrics-path", "path of the metrics on --metrics-addr", "/metrics", &s.MetricsPath},
 		{"compat-metrics", "also export envoyproxy/ratelimit's metric names (ratelimit_service_rate_limit_*{domain,key1,key2}, ...)", "false", &s.CompatMetrics},
+	}
+}
+
+// redisTable is the part of table for the store: Redis and its connections.
+func (s *Settings) redisTable() []setting {
+	return []setting{
 		{"redis-url", "Redis URL (redis:// or rediss://); empty runs the in-memory store", "", &s.RedisURL},
 		{"redis-sentinel-master", "Redis Sentinel master name (with --redis-sentinel-addrs)", "", &s.RedisSentinel},
 		{"redis-sentinel-addrs", "comma-separated Sentinel host:port addresses", "", &s.RedisSentinels},
@@ -182,6 +194,12 @@ func (s *Settings) table() []setting {
 		{"redis-tls-skip-hostname-verification", "verify Redis's certificate chain but not the host name in it", "false", &s.RedisTLSNoHost},
 		{"redis-sentinel-auth", "password (or user:password) of the Sentinels themselves", "", &s.RedisSentAuth},
 		{"over-limit-cache", "Redis store: answer a repeated denied request locally until its Retry-After (exact; saves Redis calls under abuse)", "true", &s.OverLimitCache},
+	}
+}
+
+// decisionTable is the part of table for reloads, answers and the defaults of rules that set none.
+func (s *Settings) decisionTable() []setting {
+	return []setting{
 		{"reload-debounce", "wait after the last config change before reloading (at most 4x this after the first change, so a config rewritten without pause still reloads)", "250ms", &s.ReloadDebounce},
 		{"health-interval", "how often readiness checks the store", "1s", &s.HealthInterval},
 		{"near-limit-ratio", "share of a limit above which admitted hits count as near limit (metrics)", strconv.FormatFloat(ratelimit.DefaultNearLimitRatio, 'g', -1, 64), &s.NearLimitRatio},
@@ -203,6 +221,12 @@ func (s *Settings) table() []setting {
 		{"token-bucket-burst", "burst of every token_bucket limit that sets none, as a share of its requests_per_unit (rounded up): 100% holds one window's worth, 200% two", "100%", &s.TokenBucketBurst},
 		{"overlay", "policy overlay: a YAML file or directory (watched) in the config format, selecting rules of the config in force by domain and descriptor patterns and setting what a RateLimitConfig cannot carry (algorithm, rate_limits, classes, failure_mode, ...)", "", &s.Overlay},
 		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 5ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis (a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
+	}
+}
+
+// limitsTable is the part of table for shutdown, bounds, the status page and tracing.
+func (s *Settings) limitsTable() []setting {
+	return []setting{
 		{"shutdown-delay", "time between reporting NOT_SERVING and stopping the listeners", "0s", &s.ShutdownDelay},
 		{"shutdown-timeout", "time in-flight calls get to finish before they are cut", "10s", &s.ShutdownTimeout},
 		{"max-counters", "in-memory store: most live counters (each about 900 B of RSS with 50 sub-windows, 370 B with one: 145 MB at the default)", strconv.Itoa(limiter.DefaultMaxCounters), &s.MaxCounters},
