@@ -89,7 +89,9 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 		case h.Refund:
 			results[i] = Result{Allowed: true}
 		case blocked(h, states[i], nowMs):
-			results[i] = Result{RetryAfter: msDuration(states[i].BlockUntil - nowMs)}
+			// ExceedsLimit as the store's twin flags it.
+			results[i] = Result{RetryAfter: msDuration(states[i].BlockUntil - nowMs),
+				ExceedsLimit: !h.Limit.Overdraw && n > h.Limit.CeilingOf(a.capacity(h.Limit))}
 			g[leader[i]].od = 0 // a blocked counter consumes nothing
 		case h.Limit.Overdraw:
 			// Allowed while the counter is under the limit, whatever n.
