@@ -77,6 +77,7 @@ func TestPenaltyDifferential(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 39))
 	ctx := context.Background()
+	blocked := 0
 	for step := range 1500 {
 		now.Add(int64(rng.IntN(700)))
 		key := []string{"a", "b"}[rng.IntN(2)]
@@ -103,6 +104,13 @@ func TestPenaltyDifferential(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("step %d, hit %d of %+v: redis %+v, memory %+v", step, i, hits, got[i], want[i])
 			}
+			if !want[i].Allowed && want[i].RetryAfter > 2*time.Second { // longer than any window: a block
+				blocked++
+			}
 		}
 	}
+	if blocked < 100 {
+		t.Errorf("%d hits denied by a block, want the test to exercise blocks (100 or more)", blocked)
+	}
+	t.Logf("%d hits denied by a block", blocked)
 }
