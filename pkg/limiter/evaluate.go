@@ -90,7 +90,7 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 			results[i] = Result{Allowed: true}
 		case blocked(h, states[i], nowMs):
 			// ExceedsLimit as the store's twin flags it.
-			results[i] = Result{RetryAfter: msDuration(states[i].BlockUntil - nowMs),
+			results[i] = Result{RetryAfter: msDuration(states[i].BlockUntil - nowMs), Blocked: true,
 				ExceedsLimit: !h.Limit.Overdraw && n > h.Limit.CeilingOf(a.capacity(h.Limit))}
 			g[leader[i]].od = 0 // a blocked counter consumes nothing
 		case h.Limit.Overdraw:
@@ -172,6 +172,7 @@ func penalize(nowMs int64, hits []Hit, states []State, results []Result, next []
 	for i, h := range hits {
 		if l := leader[i]; sc.penalized[l] && !h.Refund && !results[i].Allowed {
 			results[i].RetryAfter = max(results[i].RetryAfter, msDuration(next[l].BlockUntil-nowMs))
+			results[i].Blocked = true
 		}
 	}
 }

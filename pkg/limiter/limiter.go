@@ -311,6 +311,10 @@ type Result struct {
 	// The request is admitted, and consumes, exactly when no Result of it is
 	// OverLimit.
 	OverLimit bool
+	// Blocked reports a hit denied under its Limit's Penalty: its counter
+	// was blocked, or this denial started a block (RetryAfter is then until
+	// the block ends). A Shadow hit reports it too, without denying.
+	Blocked bool
 }
 
 // Store decides a set of hits against their counters. Implementations must be

@@ -422,6 +422,7 @@ func fill(results []limiter.Result, g *group, admitted bool) {
 			Remaining:    uint64(rem),
 			ResetAfter:   time.Duration(reset) * time.Millisecond,
 			RetryAfter:   time.Duration(v.retry) * time.Millisecond,
+			Blocked:      v.blocked,
 		}
 	}
 }

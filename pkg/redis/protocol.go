@@ -68,7 +68,7 @@ const (
 	// not, or entryFailed.
 	fmtAdmitted = "<B"
 	// fmtHitFull is one hit's full reply (an entry of a request over several
-	// slots): bits (1 allowed, 2 exceeds), retry_after_ms, then remaining
+	// slots): bits (1 allowed, 2 exceeds, 4 blocked by a penalty), retry_after_ms, then remaining
 	// and reset_after_ms if denied (the counters as the entry found them),
 	// then if admitted (after its consumption); the caller picks a pair,
 	// because another slot's script may deny what this one admitted.
@@ -275,6 +275,7 @@ type hitArg struct {
 // hitReply is the script's answer for one hit (fmtHitFull, fmtHitShort).
 type hitReply struct {
 	allowed, exceeds bool
+	blocked          bool // a penalty's block denied it (bit 4)
 	retry            float64
 	remDenied        float64
 	resetDenied      float64

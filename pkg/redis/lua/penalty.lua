@@ -12,6 +12,8 @@ do
   -- Per key of the call: the penalty (pb nil: none), and its state once
   -- read (pu nil: not read).
   local pb, pe, pm, pf, pu, pl = {}, {}, {}, {}, {}, {}
+  -- Per hit of the entry: whether a block denied it (the reply's bit 4).
+  local bl = {}
 
   -- spec reads key k's fmtPenalty at p when has, and returns where the
   -- next spec starts.
@@ -41,12 +43,17 @@ do
 
   -- gate denies hit h on key k with flags f until the block ends, when
   -- the key is blocked and h is no refund; a blocked key consumes nothing.
+  -- decideHits calls it for every hit of the entry.
   function P.gate(h, k, f)
+    bl[h] = false
     if pb[k] and f % (2 * FL_REFUND) < FL_REFUND and now < pu[k] then
-      ok[h], retry[h], odi[k] = false, pu[k] - now, 0
-      return true
+      ok[h], retry[h], odi[k], bl[h] = false, pu[k] - now, 0, true
     end
-    return false
+  end
+
+  -- bit is hit h's reply bit: 4 when a block denied it.
+  function P.bit(h)
+    return bl[h] and 4 or 0
   end
 
   -- blockMs is the block of an offence at level (limiter.Penalty.blockMs).
@@ -84,7 +91,7 @@ do
     for h = 1, count do
       local k = hk[h]
       if started[k] and not ok[h] and hf[h] % (2 * FL_REFUND) < FL_REFUND then
-        retry[h] = math.max(retry[h], pu[k] - now)
+        retry[h], bl[h] = math.max(retry[h], pu[k] - now), true
       end
     end
   end

@@ -293,7 +293,7 @@ local function replyHits(count, nek, admitted, full, leased, consume, nout)
     out[nout] = spack(F_ADMITTED, a)
   end
   for h = 1, count do
-    local f, bits = hf[h], ok[h] and 1 or 0
+    local f, bits = hf[h], (ok[h] and 1 or 0) + ALG.pen.bit(h)
     if f % FL2_EXCEEDS >= FL_EXCEEDS and f % FL2_REFUND < FL_REFUND then
       bits = bits + 2
     end
