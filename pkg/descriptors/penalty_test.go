@@ -10,7 +10,8 @@ import (
 
 // TestPenaltyConfig: a penalty builds to the limiter's, escalate and max
 // defaulting to 1 and block; a bad field, and a penalty on concurrency,
-// with cache or on a pool with classes, are refused at their field.
+// with cache or on a pool with classes, are refused at their field. A
+// penalized limit is not divided among RLQS holders.
 func TestPenaltyConfig(t *testing.T) {
 	cfg, err := Parse(Source{Name: "p.yaml", Data: []byte(`domain: p
 descriptors:
@@ -26,6 +27,9 @@ descriptors:
 	want := limiter.Penalty{Block: 10 * time.Minute, Escalate: 2, Max: 24 * time.Hour, Forget: 24 * time.Hour}
 	if l := rules[0].Limit.Store(); l.Penalty != want || l.Validate() != nil {
 		t.Errorf("built %+v, want penalty %+v", l.Penalty, want)
+	}
+	if rules[0].Limit.Shares() {
+		t.Error("a penalized limit Shares: RLQS holders would admit past its block")
 	}
 	want = limiter.Penalty{Block: 30 * time.Second, Escalate: 1, Max: 30 * time.Second}
 	if l := rules[1].Limit.Store(); l.Penalty != want || l.Validate() != nil {
@@ -53,5 +57,16 @@ descriptors:
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.rl, err, tc.want)
 		}
+	}
+	_, err = Parse(Source{Name: "p.yaml", Data: []byte(`domain: p
+descriptors:
+  - key: pool
+    rate_limit: {unit: second, requests_per_unit: 10, penalty: {block: 1m}}
+    classes:
+      key: priority
+      ceilings: [{value: critical, ceiling: 100%}]
+`)})
+	if want := "descriptors[0].classes.ceilings: classes with a penalty"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a penalty on a pool: error %v, want %q", err, want)
 	}
 }
