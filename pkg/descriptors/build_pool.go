@@ -194,6 +194,10 @@ func (b *builder) ceilingsAdmit(c *ClassesNode, classes []*Class, l *Limit, path
 		capacity, of = uint64(l.Burst), "burst"
 	}
 	ok := true
+	if l.Penalty.On() {
+		b.errorAt(c.Ceilings.KeyPos, path, "classes with a penalty on the pool's limit (a class is shed by its ceiling, not blocked)")
+		ok = false
+	}
 	for i, cl := range classes {
 		if capacity > 0 && (limiter.Limit{Ceiling: cl.Ceiling}).CeilingOf(capacity) == 0 {
 			cf := c.Ceilings.Value[i].Ceiling

@@ -73,5 +73,8 @@ func showCalendar(l *Limit) any {
 
 // Shares reports whether pkg/rlqs can divide l among Envoy holders: its
 // algorithm's Traits say so and it has no calendar, whose periods a
-// holder's share, granted per window, cannot follow.
-func (l *Limit) Shares() bool { return l.Algorithm.Traits().Shares && l.TimeZone == "" }
+// holder's share, granted per window, cannot follow, nor a penalty, whose
+// block only the store keeps.
+func (l *Limit) Shares() bool {
+	return l.Algorithm.Traits().Shares && l.TimeZone == "" && !l.Penalty.On()
+}

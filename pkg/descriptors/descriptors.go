@@ -131,13 +131,17 @@ type Limit struct {
 	TimeZone string
 	// calendar is the loaded calendar of TimeZone and Unit.
 	calendar limiter.Calendar
+	// Penalty is rate_limit.penalty, a Sluice addition: a block for repeat
+	// offenders (limiter.Limit.Penalty); the zero value when unset. Part of
+	// the counter's identity. Never set on concurrency or a pool's class.
+	Penalty limiter.Penalty
 }
 
 // Store returns the limiter.Limit that counts l: its rate, window and
 // algorithm with its parameters.
 func (l *Limit) Store() limiter.Limit {
 	return limiter.Limit{Requests: uint64(l.RequestsPerUnit), Window: l.Window(), Algorithm: l.Algorithm,
-		Burst: uint64(l.Burst), SubWindows: l.SubWindows, Ceiling: l.Ceiling, Calendar: l.calendar}
+		Burst: uint64(l.Burst), SubWindows: l.SubWindows, Ceiling: l.Ceiling, Calendar: l.calendar, Penalty: l.Penalty}
 }
 
 // CeilingRequests is the requests_per_unit that responses name for l: for

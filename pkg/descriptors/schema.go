@@ -441,6 +441,16 @@ func rateLimitKeySpecs() []KeySpec {
 				}),
 			buildLimit: (*builder).calendar,
 			limit:      limitShow(showCalendar)},
+		{Level: LevelRateLimit, Name: "penalty", Addition: true,
+			Doc: "`{block: 10m, escalate: 2, max: 24h, forget: 24h}`: once the limit denies a key it stays over the limit for `block` " +
+				"(Retry-After says until when); each further offence within `forget` after the last block multiplies the block by `escalate` " +
+				"(default 1), up to `max` (default `block`); not with concurrency, classes or `cache`; a shadow rule reports blocks without denying",
+			rl: scalar(func(rl *RateLimitNode) *Field[*PenaltyNode] { return &rl.Penalty },
+				func(p *decoder, depth int) func(field, string) (*PenaltyNode, bool) {
+					return func(f field, path string) (*PenaltyNode, bool) { return p.penalty(f.val, path, depth) }
+				}),
+			buildLimit: (*builder).penalty,
+			limit:      limitShow(showPenalty)},
 		{Level: LevelRateLimit, Name: "cache", Addition: true,
 			Doc: "decide in process from the counter's last shared count plus this instance's hits since, synced every " +
 				"`--cache-sync` (default 100 ms), and through the store near the limit (the bound: see the limiter cache); " +

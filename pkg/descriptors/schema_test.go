@@ -83,6 +83,8 @@ descriptors:
       staff: {rate_limit: {unlimited: true}}
   - key: quota
     rate_limit: {unit: month, requests_per_unit: 1000, algorithm: fixed_window, calendar: {time_zone: Europe/Berlin}}
+  - key: offender
+    rate_limit: {unit: second, requests_per_unit: 5, penalty: {block: 10m, escalate: 2, max: 24h, forget: 24h}}
 `)}}
 
 // TestEveryKeyReadAndShown: every key of the schema is read onto the

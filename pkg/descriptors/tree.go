@@ -193,6 +193,9 @@ type RateLimitNode struct {
 	// Calendar is calendar (a Sluice addition): a fixed_window's reset on
 	// the calendar; nil when the YAML gives null.
 	Calendar Field[*CalendarNode]
+	// Penalty is penalty (a Sluice addition): a block for repeat
+	// offenders; nil when the YAML gives null.
+	Penalty Field[*PenaltyNode]
 	// Cache is cache (a Sluice addition).
 	Cache Field[bool]
 }

@@ -107,6 +107,8 @@ func change(v reflect.Value) {
 		}
 		m.SetMapIndex(reflect.ValueOf("added").Convert(v.Type().Key()), reflect.Zero(v.Type().Elem()))
 		v.Set(m)
+	case reflect.Struct: // a value of another package (limiter.Penalty): its first field
+		change(v.Field(0))
 	default:
 		panic("change: no change for a " + v.Kind().String())
 	}

@@ -249,6 +249,11 @@ type State struct {
 	// Slots holds a variable number of counts or times, as the algorithm
 	// says; nil for the others.
 	Slots []int64
+	// BlockUntil and BlockLevel are a Penalty's state, beside the
+	// algorithm's: the Unix ms at which the counter's last block ends (0:
+	// none) and that block's level. The algorithms leave them alone.
+	BlockUntil int64
+	BlockLevel uint8
 }
 
 // MaxCount caps a stored count. Counts saturate there so that the Lua twin,

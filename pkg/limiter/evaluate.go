@@ -55,6 +55,9 @@ func Evaluate(nowMs int64, hits []Hit, states []State) (results []Result, next [
 type evalScratch struct {
 	leader []int
 	growth []counterGrowth // indexed by leader
+	// penalized is, indexed by leader, whether the request started a
+	// Penalty block on the counter (its state changes though denied).
+	penalized []bool
 }
 
 // counterGrowth is what a request does to one counter: the change it makes
@@ -67,7 +70,7 @@ type counterGrowth struct {
 
 // overdrawn reports whether the counter led by hit i grows by overdraw or
 // CountDenied hits even when the request is denied; valid after evaluate.
-func (sc *evalScratch) overdrawn(i int) bool { return sc.growth[i].od > 0 }
+func (sc *evalScratch) overdrawn(i int) bool { return sc.growth[i].od > 0 || sc.penalized[i] }
 
 // evaluate is Evaluate writing into results and next (both len(hits)) and
 // using sc for its working memory. Every Limit must already Validate.
@@ -80,10 +83,16 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 	for i, h := range hits {
 		a := algorithms[h.Limit.Algorithm]
 		next[i] = a.roll(states[i], nowMs, h.Limit)
+		next[i].BlockUntil, next[i].BlockLevel = states[i].BlockUntil, states[i].BlockLevel
 		n := g[leader[i]].inc
 		switch {
 		case h.Refund:
 			results[i] = Result{Allowed: true}
+		case blocked(h, states[i], nowMs):
+			// ExceedsLimit as the store's twin flags it.
+			results[i] = Result{RetryAfter: msDuration(states[i].BlockUntil - nowMs), Blocked: true,
+				ExceedsLimit: !h.Limit.Overdraw && n > h.Limit.CeilingOf(a.capacity(h.Limit))}
+			g[leader[i]].od = 0 // a blocked counter consumes nothing
 		case h.Limit.Overdraw:
 			// Allowed while the counter is under the limit, whatever n.
 			ok, retry := a.decide(next[i], nowMs, h.Limit, 1)
@@ -96,6 +105,7 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 		}
 	}
 	admitted = MarkOverLimit(hits, results)
+	penalize(nowMs, hits, states, results, next, sc)
 
 	// Consume once per counter, on the state of its first hit, and give
 	// every hit of the counter the result. A denied request still consumes
@@ -106,14 +116,17 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 			continue
 		}
 		a := algorithms[h.Limit.Algorithm]
+		p := next[i]
 		switch {
 		case admitted:
 			next[i] = a.consume(next[i], nowMs, h.Limit, g[i].change)
 		case g[i].od > 0:
 			next[i] = a.consume(next[i], nowMs, h.Limit, change{inc: g[i].od, acquire: g[i].acquire})
 		default:
+			changed = changed || sc.penalized[i]
 			continue
 		}
+		next[i].BlockUntil, next[i].BlockLevel = p.BlockUntil, p.BlockLevel
 		changed = true
 	}
 	if changed {
@@ -125,9 +138,43 @@ func evaluate(nowMs int64, hits []Hit, states []State, results []Result, next []
 	// Report from the state after the outcome.
 	for i, h := range hits {
 		rem, reset := algorithms[h.Limit.Algorithm].report(next[i], nowMs, h.Limit, results[i].Allowed)
+		if h.Limit.Penalty.On() && !results[i].Allowed {
+			reset = max(reset, next[i].BlockUntil-nowMs)
+		}
 		results[i].Remaining, results[i].ResetAfter = rem, msDuration(reset)
 	}
 	return admitted
+}
+
+// blocked reports whether h is decided by a Penalty block on its counter,
+// whose stored state is s: a hit that is not a refund, at nowMs before the
+// block ends.
+func blocked(h Hit, s State, nowMs int64) bool {
+	return h.Limit.Penalty.On() && !h.Refund && nowMs < s.BlockUntil
+}
+
+// penalize starts a Penalty block on each counter whose hit its limit
+// denied while the counter was not blocked (Penalty), once per counter,
+// writing the block into next (at the counter's leader) and into the
+// RetryAfter of the counter's denied hits, and recording it in
+// sc.penalized.
+func penalize(nowMs int64, hits []Hit, states []State, results []Result, next []State, sc *evalScratch) {
+	sc.penalized = grow(sc.penalized, len(hits))
+	leader := sc.leader
+	for i, h := range hits {
+		l := leader[i]
+		if !h.Limit.Penalty.On() || h.Refund || results[i].Allowed || blocked(h, states[i], nowMs) || sc.penalized[l] {
+			continue
+		}
+		sc.penalized[l] = true
+		next[l].BlockUntil, next[l].BlockLevel = offend(states[i], nowMs, h.Limit.Penalty)
+	}
+	for i, h := range hits {
+		if l := leader[i]; sc.penalized[l] && !h.Refund && !results[i].Allowed {
+			results[i].RetryAfter = max(results[i].RetryAfter, msDuration(next[l].BlockUntil-nowMs))
+			results[i].Blocked = true
+		}
+	}
 }
 
 // growth maps each hit to the first hit on its counter (its leader) and
@@ -169,7 +216,7 @@ func groupLeaders(hits []Hit, leader []int) []int {
 				// costs a call per pair.
 				o := &hits[j]
 				if o.Limit.Window == h.Limit.Window && o.Limit.Algorithm == h.Limit.Algorithm && o.Key == h.Key &&
-					o.Limit.Calendar == h.Limit.Calendar &&
+					o.Limit.Calendar == h.Limit.Calendar && o.Limit.Penalty == h.Limit.Penalty &&
 					(o.Limit.SubWindows == h.Limit.SubWindows || o.Limit.SubWindowCount() == h.Limit.SubWindowCount()) {
 					leader[i] = j
 					break
@@ -196,12 +243,14 @@ type counterID struct {
 	key    string
 	window time.Duration
 	alg    Algorithm
-	sub    uint8 // Limit.SubWindowCount()
+	sub    uint8  // Limit.SubWindowCount()
+	pen    uint32 // penaltyID(Limit.Penalty): a Penalty is 32 bytes, too many for every counter
 	cal    Calendar
 }
 
 func idOf(h Hit) counterID {
-	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm, sub: uint8(h.Limit.SubWindowCount()), cal: h.Limit.Calendar}
+	return counterID{key: h.Key, window: h.Limit.Window, alg: h.Limit.Algorithm, sub: uint8(h.Limit.SubWindowCount()),
+		cal: h.Limit.Calendar, pen: penaltyID(h.Limit.Penalty)}
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

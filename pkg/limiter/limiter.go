@@ -88,6 +88,11 @@ type Limit struct {
 	// the limit itself. Part of the counter's identity. The zero value is
 	// none; Validate refuses it on any other algorithm.
 	Calendar Calendar
+	// Penalty blocks a counter that denied a hit for a while, longer for
+	// repeat offenders (see Penalty). Part of the counter's identity. The
+	// zero value is none; Validate refuses it with a Ceiling (a pool's
+	// class) and on an algorithm that counts requests in flight.
+	Penalty Penalty
 }
 
 // MaxCeiling is the largest Limit.Ceiling, the whole limit, in permille.
@@ -154,6 +159,14 @@ func (l Limit) Validate() error {
 			l.Calendar.Unit, l.Algorithm)
 	}
 	t := algorithms[l.Algorithm].Traits
+	if l.Penalty.On() {
+		if err := l.Penalty.validate(); err != nil {
+			return err
+		}
+		if l.Ceiling != 0 || t.InFlight || l.Cache {
+			return fmt.Errorf("limiter: penalty: on %v, a pool's class or a cached limit: only a store-decided rate limit takes a penalty", l.Algorithm)
+		}
+	}
 	switch {
 	case l.Burst != 0 && !t.Burst:
 		return fmt.Errorf("limiter: burst: %d on %v, which has no burst (only %s has)", l.Burst, l.Algorithm,
@@ -298,6 +311,10 @@ type Result struct {
 	// The request is admitted, and consumes, exactly when no Result of it is
 	// OverLimit.
 	OverLimit bool
+	// Blocked reports a hit denied under its Limit's Penalty: its counter
+	// was blocked, or this denial started a block (RetryAfter is then until
+	// the block ends). A Shadow hit reports it too, without denying.
+	Blocked bool
 }
 
 // Store decides a set of hits against their counters. Implementations must be

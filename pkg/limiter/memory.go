@@ -134,12 +134,40 @@ var _ Store = (*MemoryStore)(nil)
 // algorithms (sub-windows, logs) would cost a cache miss per sampled
 // counter.
 type memEntry struct {
-	s       State
+	s       memState
 	expires int64
 	// held is, for a counter below its limit, the share of its capacity it
 	// held (0 to 1); for one at or over its limit (full), the hits it held.
 	held float32
 	full bool
+	// blocked says the shard's blocks holds the counter's Penalty state.
+	blocked bool
+}
+
+// memState is a State without its Penalty state (BlockUntil, BlockLevel),
+// which the shard keeps apart for the few counters that have one, so that
+// every other counter does not pay the 16 bytes.
+type memState struct {
+	At     int64
+	N1, N2 uint64
+	Slots  []int64
+}
+
+// penaltyState is the Penalty state of a State.
+type penaltyState struct {
+	until int64
+	level uint8
+}
+
+// state returns e's State at id in sh, its Penalty state included.
+func (sh *memShard) state(id counterID) State {
+	e := sh.m[id]
+	s := State{At: e.s.At, N1: e.s.N1, N2: e.s.N2, Slots: e.s.Slots}
+	if e.blocked {
+		p := sh.blocks[id]
+		s.BlockUntil, s.BlockLevel = p.until, p.level
+	}
+	return s
 }
 
 // newEntry returns the entry of state s, just written at nowMs under l, for
@@ -159,7 +187,8 @@ func newEntry(s State, nowMs int64, l Limit, r Result) memEntry {
 	}
 	c := a.capacity(l)
 	held := c - min(rem, c)
-	e := memEntry{s: s, expires: a.expires(s, l), full: rem == 0 && held > 0}
+	e := memEntry{s: memState{At: s.At, N1: s.N1, N2: s.N2, Slots: s.Slots}, expires: max(a.expires(s, l), penaltyExpires(s, l.Penalty)),
+		full: rem == 0 && held > 0, blocked: s.BlockUntil != 0}
 	switch {
 	case e.full:
 		e.held = float32(held)
@@ -172,6 +201,9 @@ func newEntry(s State, nowMs int64, l Limit, r Result) memEntry {
 type memShard struct {
 	mu sync.Mutex
 	m  map[counterID]memEntry
+	// blocks holds the Penalty state of the entries of m whose blocked is
+	// set.
+	blocks map[counterID]penaltyState
 	// minExpires is at most the earliest expires in m: no sweep is needed
 	// before the clock reaches it.
 	minExpires int64
@@ -289,7 +321,7 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 	forEachBit(sc.locked, func(sh int) { nowMs = max(nowMs, s.shards[sh].highMs) })
 	forEachBit(sc.locked, func(sh int) { s.shards[sh].highMs = nowMs })
 	for i := range hits {
-		sc.states[i] = s.shards[sc.shard[i]].m[sc.ids[i]].s
+		sc.states[i] = s.shards[sc.shard[i]].state(sc.ids[i])
 	}
 	admitted := evaluate(nowMs, hits, sc.states, results, sc.next, &sc.ev)
 	for i, h := range hits {
@@ -297,7 +329,8 @@ func (s *MemoryStore) applyLocked(hits []Hit, results []Result, sc *memScratch) 
 		// CountDenied hits grew.
 		if sc.ev.leader[i] == i && (admitted || sc.ev.overdrawn(i)) {
 			e := newEntry(sc.next[i], nowMs, h.Limit, results[i])
-			s.shards[sc.shard[i]].put(sc.ids[i], e, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})
+			p := penaltyState{sc.next[i].BlockUntil, sc.next[i].BlockLevel}
+			s.shards[sc.shard[i]].put(sc.ids[i], e, p, nowMs, s.shardCap, request{sc.ids, sc.shard, sc.shard[i]})
 		}
 	}
 }
@@ -353,7 +386,7 @@ func forEachBit(set []uint64, f func(int)) {
 // evicts the counter whose loss admits least, which may be the new counter
 // itself (then not stored); it never evicts a counter of req (the current
 // request's).
-func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req request) {
+func (sh *memShard) put(id counterID, e memEntry, p penaltyState, nowMs int64, capacity int, req request) {
 	old, ok := sh.m[id]
 	if e.expires <= nowMs {
 		if ok {
@@ -384,6 +417,15 @@ func (sh *memShard) put(id counterID, e memEntry, nowMs int64, capacity int, req
 		sh.full++
 	}
 	sh.m[id] = e
+	switch {
+	case e.blocked:
+		if sh.blocks == nil {
+			sh.blocks = make(map[counterID]penaltyState)
+		}
+		sh.blocks[id] = p
+	case ok && old.blocked:
+		delete(sh.blocks, id)
+	}
 }
 
 // remove deletes id, whose entry is e, from the shard.
@@ -391,6 +433,9 @@ func (sh *memShard) remove(id counterID, e memEntry) {
 	delete(sh.m, id)
 	if e.full {
 		sh.full--
+	}
+	if e.blocked {
+		delete(sh.blocks, id)
 	}
 }
 

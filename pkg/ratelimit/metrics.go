@@ -38,6 +38,7 @@ type Metrics struct {
 	nearLimit       *prometheus.CounterVec
 	withinLimit     *prometheus.CounterVec
 	shadowOverLimit *prometheus.CounterVec
+	blocked         *prometheus.CounterVec
 	refundedHits    *prometheus.CounterVec
 	releasedSlots   *prometheus.CounterVec
 	failureAnswers  *prometheus.CounterVec
@@ -67,6 +68,7 @@ const (
 	hitsOver
 	hitsRefunded
 	hitsReleased
+	hitsBlocked
 	hitsCounters
 )
 
@@ -102,6 +104,8 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 		nearLimit:       counter("sluice_rate_limit_near_limit_total", "Admitted hits that left the limit above the near-limit ratio, by domain and rule.", rule),
 		withinLimit:     counter("sluice_rate_limit_within_limit_total", "Hits the limit admitted, by domain and rule.", rule),
 		shadowOverLimit: counter("sluice_rate_limit_shadow_mode_over_limit_total", "Hits a shadow-mode limit would have denied, by domain and rule.", rule),
+		blocked: counter("sluice_rate_limit_penalty_blocked_total",
+			"Hits denied by a penalty's block (rate_limit.penalty; shadow-mode ones, which it would have denied, included), by domain and rule.", rule),
 		refundedHits: counter("sluice_rate_limit_refunded_hits_total",
 			"Hits given back (is_negative_hits) to a limit other than a concurrency one, by domain and rule; not counted in total_hits.", rule),
 		releasedSlots: counter("sluice_rate_limit_released_slots_total",
@@ -119,7 +123,7 @@ func NewMetrics(reg prometheus.Registerer, nearRatio float64) (*Metrics, error) 
 	m.rules = make(map[ruleKey]*ruleCounters)
 	m.classes = make(map[classKey]*[2]prometheus.Counter)
 	m.storeOK = sync.OnceValue(func() prometheus.Counter { return m.storeCalls.WithLabelValues("ok") })
-	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowOverLimit,
+	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowOverLimit, m.blocked,
 		m.refundedHits, m.releasedSlots, m.failureAnswers, m.storeCalls, m.storeLatency, m.classAdmitted, m.classShed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -220,6 +224,9 @@ func (m *Metrics) ObserveDescriptor(dom *descriptors.Domain, st *Status, entries
 			continue
 		}
 		m.observe(dom.Name, rule, fixed, st.Hits, ls.Result.Allowed, st.Shadow, ls.Result.Remaining, uint64(ls.Limit.CeilingRequests()))
+		if ls.Result.Blocked {
+			m.counter(m.countersIf(fixed, dom.Name, rule), hitsBlocked, dom.Name, rule).Add(float64(st.Hits))
+		}
 	}
 	if r := st.Rule; r != nil && r.Class != nil && !st.Refund && !st.Override && len(st.Limits) > 0 {
 		m.observeClass(dom.Name, r.Class, st.Hits, st.Limits[0].Result.Allowed, st.Shadow)
@@ -279,6 +286,15 @@ func (m *Metrics) observe(domain, rule string, fixed bool, hits uint64, allowed,
 	}
 }
 
+// countersIf is the cached counters of rule when fixed (see observe), else
+// nil.
+func (m *Metrics) countersIf(fixed bool, domain, rule string) *ruleCounters {
+	if !fixed {
+		return nil
+	}
+	return m.countersOf(domain, rule)
+}
+
 // observeRefund records hits given back to a limit: released slots of a
 // limit that counts requests in flight (limiter.Traits.InFlight: a
 // concurrency limit), refunded hits of any other.
@@ -330,7 +346,7 @@ func (m *Metrics) counter(rc *ruleCounters, i int, domain, rule string) promethe
 // vec is the vector of hit counter i.
 func (m *Metrics) vec(i int) *prometheus.CounterVec {
 	return [hitsCounters]*prometheus.CounterVec{m.totalHits, m.withinLimit, m.nearLimit, m.shadowOverLimit, m.overLimit,
-		m.refundedHits, m.releasedSlots}[i]
+		m.refundedHits, m.releasedSlots, m.blocked}[i]
 }
 
 func (m *Metrics) observeStore(d time.Duration, err error) {

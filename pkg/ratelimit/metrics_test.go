@@ -105,3 +105,53 @@ sluice_rate_limit_within_limit_total{domain="edge",rule="streams_per_api_key"} 5
 		}
 	})
 }
+
+// TestMetricsPenaltyBlocked: of 6 hits on a limit of 2 with a penalty, the
+// third is the offence and the three after it hit the block: all four are
+// blocked hits, and over the limit; a shadow rule's are blocked hits too,
+// and shadow over the limit.
+func TestMetricsPenaltyBlocked(t *testing.T) {
+	cfg, err := descriptors.Parse(descriptors.Source{Name: "p.yaml", Data: []byte(`domain: p
+descriptors:
+  - key: offender
+    rate_limit: {unit: second, requests_per_unit: 2, penalty: {block: 1m}}
+  - key: watched
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 2, penalty: {block: 1m}}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := ratelimit.NewMetrics(reg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := testclock.New(epoch)
+	s := ratelimit.New(ratelimit.Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{Now: clk.Now}), Metrics: m})
+	s.SetConfig(cfg)
+	for _, key := range []string{"offender", "watched"} {
+		for range 6 {
+			d := ratelimit.Descriptor{Entries: entries(key, "acme")}
+			if _, err := s.Decide(context.Background(), &ratelimit.Request{Domain: "p", Descriptors: []ratelimit.Descriptor{d}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := `
+# HELP sluice_rate_limit_over_limit_total Hits denied by an enforced limit, by domain and rule.
+# TYPE sluice_rate_limit_over_limit_total counter
+sluice_rate_limit_over_limit_total{domain="p",rule="offender"} 4
+# HELP sluice_rate_limit_penalty_blocked_total Hits denied by a penalty's block (rate_limit.penalty; shadow-mode ones, which it would have denied, included), by domain and rule.
+# TYPE sluice_rate_limit_penalty_blocked_total counter
+sluice_rate_limit_penalty_blocked_total{domain="p",rule="offender"} 4
+sluice_rate_limit_penalty_blocked_total{domain="p",rule="watched"} 4
+# HELP sluice_rate_limit_shadow_mode_over_limit_total Hits a shadow-mode limit would have denied, by domain and rule.
+# TYPE sluice_rate_limit_shadow_mode_over_limit_total counter
+sluice_rate_limit_shadow_mode_over_limit_total{domain="p",rule="watched"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_rate_limit_over_limit_total",
+		"sluice_rate_limit_penalty_blocked_total", "sluice_rate_limit_shadow_mode_over_limit_total"); err != nil {
+		t.Error(err)
+	}
+}

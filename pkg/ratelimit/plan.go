@@ -53,10 +53,10 @@ type counting struct {
 
 // cached returns whether l, a limit of dom, is decided by the limiter
 // cache: its own cache, else the domain's, else the service's
-// (Options.Cache); never for an algorithm that counts requests in flight
-// nor a pool's class, which only the store decides exactly.
+// (Options.Cache); never for an algorithm that counts requests in flight,
+// a pool's class nor a penalty, which only the store decides exactly.
 func (c counting) cached(dom *descriptors.Domain, l *descriptors.Limit) bool {
-	if l.Algorithm.Traits().InFlight || l.Ceiling != 0 {
+	if l.Algorithm.Traits().InFlight || l.Ceiling != 0 || l.Penalty.On() {
 		return false
 	}
 	switch {

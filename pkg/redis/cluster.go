@@ -67,6 +67,9 @@ type group struct {
 	e        *entry
 	replied  bool // e holds the reply of an apply or check
 	admitted bool
+	// penalty says a hit has a limiter.Penalty: its entry takes the
+	// script's general path (the full reply), where blocks are decided.
+	penalty bool
 }
 
 // applyHits decides hits, on the counters keys, in Redis (see Apply) and
@@ -258,13 +261,14 @@ func (d *decider) splitKeys(hits []limiter.Hit, keys []string) (groups []*group,
 			g.e.specs = append(g.e.specs, specOf(h.Limit))
 		}
 		g.hits = append(g.hits, i)
+		g.penalty = g.penalty || h.Limit.Penalty.On()
 		if h.Quota && !h.Shadow && !h.Refund {
 			quotaSplit = quotaSplit || quotaGroup >= 0 && quotaGroup != g.slot
 			quotaGroup = g.slot
 		}
 	}
 	for _, g := range groups {
-		g.e.full = len(groups) > 1
+		g.e.full = len(groups) > 1 || g.penalty
 		g.e.hits = make([]hitArg, len(g.hits))
 		for j, i := range g.hits {
 			h := hits[i]
@@ -418,6 +422,7 @@ func fill(results []limiter.Result, g *group, admitted bool) {
 			Remaining:    uint64(rem),
 			ResetAfter:   time.Duration(reset) * time.Millisecond,
 			RetryAfter:   time.Duration(v.retry) * time.Millisecond,
+			Blocked:      v.blocked,
 		}
 	}
 }

@@ -25,7 +25,10 @@ const MaxPlainKey = 256
 //
 // for example "sluice:{swd50:60000:k:\x03api...}". A fixed window on a
 // calendar has "@" and its name after window_ms ("fwd:2592000000@month@Europe/Berlin"),
-// part of its identity: a zone name holds no brace or colon. algorithm is the
+// part of its identity: a zone name holds no brace or colon. A counter with a
+// penalty (limiter.Limit.Penalty) has "!" and its block, escalate, max and
+// forget after that ("fw:1000!600000x2<86400000~86400000"); the script keeps
+// its block in the key plus ":p", in the same slot. algorithm is the
 // algorithm's code (limiter.Traits.Code), followed by packedLayout when the
 // counter is a packed string (limiter.Traits.Packed, and every counter of
 // N > 1 sub-windows) and, for N > 1 sub-windows, N ("swd20"), since N is
@@ -60,6 +63,16 @@ func counterKey(prefix string, h limiter.Hit) string {
 	if c := h.Limit.Calendar.Name(); c != "" {
 		b.WriteByte('@')
 		b.WriteString(c)
+	}
+	if p := h.Limit.Penalty; p.On() {
+		b.WriteByte('!')
+		b.Write(strconv.AppendInt(num[:0], p.Block.Milliseconds(), 10))
+		b.WriteByte('x')
+		b.Write(strconv.AppendInt(num[:0], int64(p.Escalate), 10))
+		b.WriteByte('<')
+		b.Write(strconv.AppendInt(num[:0], p.Max.Milliseconds(), 10))
+		b.WriteByte('~')
+		b.Write(strconv.AppendInt(num[:0], p.Forget.Milliseconds(), 10))
 	}
 	if hashed {
 		sum := sha256.Sum256([]byte(h.Key))

@@ -134,7 +134,8 @@ func newLeases(o leaseOptions) *leases {
 // exact answer.
 func leasable(h limiter.Hit) bool {
 	return !h.Refund && !h.Shadow && !h.Quota && !h.Limit.Overdraw && !h.Limit.CountDenied && !h.Limit.Cache && h.Limit.Ceiling == 0 &&
-		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease && h.Limit.Calendar.Unit == limiter.CalendarNone
+		h.Hits > 0 && h.Hits <= h.Limit.Requests && h.Limit.Algorithm.Traits().Lease && h.Limit.Calendar.Unit == limiter.CalendarNone &&
+		!h.Limit.Penalty.On() // a block is kept in Redis, which a leased hit does not ask
 }
 
 // take counts a decision on key and, when key holds permits for h's hits,

@@ -37,6 +37,11 @@ const (
 	// holding its own clock. Not in layout: the script reads it as the
 	// literal '<d', its main chunk being at Lua's limit of 200 locals.
 	fmtBound = "<d"
+	// fmtPenalty follows a key's spec (and bounds) when its algorithm byte
+	// has penaltyBit: the limiter.Penalty's block (ms), escalate, max (ms)
+	// and forget (ms). Not in layout, for the same reason as fmtBound: the
+	// script reads it as the literal '<dddd'.
+	fmtPenalty = "<dddd"
 	// fmtEntry starts an entry: its kind (kindApply, kindCheck, kindUndo,
 	// with the bits kindFull and kindLease) and its count: the hits of an
 	// apply or check, the counters of an undo.
@@ -63,7 +68,7 @@ const (
 	// not, or entryFailed.
 	fmtAdmitted = "<B"
 	// fmtHitFull is one hit's full reply (an entry of a request over several
-	// slots): bits (1 allowed, 2 exceeds), retry_after_ms, then remaining
+	// slots): bits (1 allowed, 2 exceeds, 4 blocked by a penalty), retry_after_ms, then remaining
 	// and reset_after_ms if denied (the counters as the entry found them),
 	// then if admitted (after its consumption); the caller picks a pair,
 	// because another slot's script may deny what this one admitted.
@@ -112,6 +117,9 @@ const (
 
 	// markerAlgorithm is the algorithm byte of a marker key.
 	markerAlgorithm = 255
+	// penaltyBit is set in a key's algorithm byte when fmtPenalty follows
+	// its spec (the script tests it as the literal 64).
+	penaltyBit = 64
 
 	// The flags of a hit, summed.
 	flagRefund   = 1
@@ -249,6 +257,7 @@ type keySpec struct {
 	window float64 // ms
 	subs   byte
 	cal    limiter.Calendar // a fixed window's calendar; none for the others
+	pen    limiter.Penalty  // the counter's penalty; none for most
 }
 
 // hitArg is one hit of an entry (fmtHit). The numbers are the doubles the
@@ -266,6 +275,7 @@ type hitArg struct {
 // hitReply is the script's answer for one hit (fmtHitFull, fmtHitShort).
 type hitReply struct {
 	allowed, exceeds bool
+	blocked          bool // a penalty's block denied it (bit 4)
 	retry            float64
 	remDenied        float64
 	resetDenied      float64
@@ -283,7 +293,7 @@ type keyReply struct {
 }
 
 func specOf(l limiter.Limit) keySpec {
-	return keySpec{alg: byte(l.Algorithm), window: float64(l.Window.Milliseconds()), subs: byte(l.SubWindowCount()), cal: l.Calendar}
+	return keySpec{alg: byte(l.Algorithm), window: float64(l.Window.Milliseconds()), subs: byte(l.SubWindowCount()), cal: l.Calendar, pen: l.Penalty}
 }
 
 // encode returns the KEYS, the key specs (ARGV[2]) and the entries
@@ -336,14 +346,24 @@ func encode(es []*entry, now string) (keys []string, specs, prog []byte) {
 
 // appendSpec appends s as fmtSpec, and a calendar's fmtBound around nowMs.
 func appendSpec(b []byte, s keySpec, nowMs int64) []byte {
-	b = append(b, s.alg)
+	alg := s.alg
+	if s.pen.On() {
+		alg |= penaltyBit
+	}
+	b = append(b, alg)
 	b = appendF(b, s.window)
 	if s.cal.Unit == limiter.CalendarNone {
-		return append(b, s.subs)
+		b = append(b, s.subs)
+	} else {
+		b = append(b, limiter.CalendarBounds)
+		for _, x := range s.cal.Bounds(nowMs) {
+			b = appendF(b, float64(x))
+		}
 	}
-	b = append(b, limiter.CalendarBounds)
-	for _, x := range s.cal.Bounds(nowMs) {
-		b = appendF(b, float64(x))
+	if s.pen.On() {
+		p := s.pen
+		b = appendF(appendF(b, float64(p.Block.Milliseconds())), float64(p.Escalate))
+		b = appendF(appendF(b, float64(p.Max.Milliseconds())), float64(p.Forget.Milliseconds()))
 	}
 	return b
 }

@@ -98,7 +98,7 @@ func (e *entry) decodeHits(r *reader) {
 	e.hr = slices.Grow(e.hr[:0], len(e.hits))[:len(e.hits)]
 	for i := range e.hits {
 		bits := r.u8()
-		v := hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, retry: r.f64(), remDenied: r.f64(), resetDenied: r.f64()}
+		v := hitReply{allowed: bits&1 != 0, exceeds: bits&2 != 0, blocked: bits&4 != 0, retry: r.f64(), remDenied: r.f64(), resetDenied: r.f64()}
 		if e.full {
 			v.remAdmitted, v.resetAdmitted = r.f64(), r.f64()
 		} else {

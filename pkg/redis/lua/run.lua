@@ -63,6 +63,10 @@ local function readSpecs(specs, nk)
     local a, w, N
     a, w, N, p = sunpack(F_SPEC, specs, p)
     ox[k], dirty[k], mark[k] = 0, 0, 0
+    local pen = a ~= MARKER and a >= 64 -- fmtPenalty follows (penalty.lua)
+    if pen then
+      a = a - 64
+    end
     if a == MARKER then
       KA[k] = 0
     else
@@ -78,6 +82,7 @@ local function readSpecs(specs, nk)
         N = 1
       end
       KA[k], KW[k], KN[k] = A, w, N
+      p = ALG.pen.spec(specs, p, k, pen)
     end
   end
 end
@@ -168,6 +173,7 @@ local function readHits(KEYS, prog, p, count, e)
       if ox[k] == 0 then
         load(KEYS, k)
       end
+      ALG.pen.load(KEYS, k)
     else
       ask[k] = 0 -- a lease needs its key's only hit
     end
@@ -194,6 +200,7 @@ local function decideHits(count)
     local A = KA[k]
     if f == 0 then
       ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k])
+      ALG.pen.gate(h, k, 0)
       admitted = admitted and ok[h]
     else
       if f % FL2_REFUND >= FL_REFUND then
@@ -206,6 +213,7 @@ local function decideHits(count)
       else
         ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k], hC[h])
       end
+      ALG.pen.gate(h, k, f)
       if f % FL2_REFUND < FL_REFUND and f % FL2_SHADOW < FL_SHADOW then
         if f % FL2_QUOTA >= FL_QUOTA then
           quotaSeen = true
@@ -285,7 +293,7 @@ local function replyHits(count, nek, admitted, full, leased, consume, nout)
     out[nout] = spack(F_ADMITTED, a)
   end
   for h = 1, count do
-    local f, bits = hf[h], ok[h] and 1 or 0
+    local f, bits = hf[h], (ok[h] and 1 or 0) + ALG.pen.bit(h)
     if f % FL2_EXCEEDS >= FL_EXCEEDS and f % FL2_REFUND < FL_REFUND then
       bits = bits + 2
     end
@@ -457,10 +465,14 @@ local function entries(KEYS, prog, p, e, nout)
       nXU = 0
       p, nek = readHits(KEYS, prog, p, count, e)
       local admitted = decideHits(count)
+      if kind == K_APPLY then
+        ALG.pen.offend(KEYS, count) -- a check only reads
+      end
       local consume = admitted and kind == K_APPLY
       for x = 1, nek do
         settleKey(KEYS, x, count, consume, full or not consume)
       end
+      ALG.pen.report(count)
       nout = replyHits(count, nek, admitted, full, leased, consume, nout)
     end
   end
