@@ -376,6 +376,12 @@ func showPool(r *Rule) any {
 }
 
 func rateLimitKeySpecs() []KeySpec {
+	return append(rateLimitEnvoySpecs(), rateLimitAdditionSpecs()...)
+}
+
+// rateLimitEnvoySpecs are the keys of a rate_limit that the peer's format
+// has too, in the order of the docs' table.
+func rateLimitEnvoySpecs() []KeySpec {
 	limitShow := func(show func(l *Limit) any) built[*Limit] { return built[*Limit]{show: show} }
 	return []KeySpec{
 		{Level: LevelRateLimit, Name: "unit", XDS: "unit",
@@ -405,6 +411,14 @@ func rateLimitKeySpecs() []KeySpec {
 				}),
 			limit:     limitShow(func(l *Limit) any { return shownIf(l.Replaces, len(l.Replaces) > 0) }),
 			unlimited: unlimitedFits},
+	}
+}
+
+// rateLimitAdditionSpecs are the keys of a rate_limit that Sluice adds
+// (none has an xDS field), in the order of the docs' table.
+func rateLimitAdditionSpecs() []KeySpec {
+	limitShow := func(show func(l *Limit) any) built[*Limit] { return built[*Limit]{show: show} }
+	return []KeySpec{
 		{Level: LevelRateLimit, Name: "unit_multiplier", Addition: true,
 			Doc:       fmt.Sprintf("the window in units (`unit: second`, `unit_multiplier: 30`: 30 s), %d or more, the window at most %s; default 1", minUnitMultiplier, maxWindowText),
 			rl:        scalar(func(rl *RateLimitNode) *Field[uint32] { return &rl.UnitMultiplier }, uintValue(minUnitMultiplier)),
