@@ -70,8 +70,10 @@ end
 
 -- store: a count that changed in the stored window (a counter's count is
 -- never 0: an empty one is deleted) is written in place, its 8 bytes, with
--- one SETRANGE: its TTL, the end of that window, stays as it is.
-local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists)
+-- one SETRANGE: its TTL, the end of that window, stays as it is. A new
+-- counter's TTL is ttl ms when given (a calendar period's end; it follows
+-- the key index run.lua passes), else the end of window i of w ms.
+local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists, _, ttl)
   if i == oi and c == oc and exists then
     return
   elseif i == oi and oc > 0 and c > 0 then
@@ -83,7 +85,7 @@ local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists)
     end
     return
   end
-  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', (i + 1) * w - now))
+  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', ttl or (i + 1) * w - now))
 end
 
 local function fixedUndo(_, i, c, p, _, _, idx, delta)

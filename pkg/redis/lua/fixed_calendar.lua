@@ -72,20 +72,9 @@ function CAL.report(at, c, _, _, L, allowed, _, B, C)
   return L - c, reset
 end
 
--- store: as fixedStore, the TTL the end of the period.
+-- store: fixedStore's, the TTL the end of the period.
 function CAL.store(key, _, B, i, c, _, oi, oc, _, exists)
-  if i == oi and c == oc and exists then
-    return
-  elseif i == oi and oc > 0 and c > 0 then
-    redis.call('SETRANGE', key, '8', spack('<d', c))
-    return
-  elseif c == 0 then
-    if exists then
-      redis.call('DEL', key)
-    end
-    return
-  end
-  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', max(CAL.left(B, i) + max(now, i) - now, 1)))
+  fixedStore(key, nil, nil, i, c, nil, oi, oc, nil, exists, nil, max(CAL.left(B, i) + max(now, i) - now, 1))
 end
 
 end
