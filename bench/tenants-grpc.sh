@@ -6,8 +6,8 @@
 # a row get the same limit as the default plan).
 #
 # Warm (the default): the table holds a row naming "big" for each of KEYS
-# (1000) values; a WARMUP (5s) run of yaml, then runs of tenant until one
-# reads no row (every row cached, none due after a failed read). Then RUNS
+# (1000) values; a WARMUP (5s) run of yaml, then runs of tenant until every
+# row is cached and a run reads none (none due after a failed read). Then RUNS
 # (5) rounds, each one run of each domain (the order alternates: yaml
 # first in odd rounds, tenant first in even ones), cmd/loadgen closed loop
 # with CONC (64) callers over the KEYS values for DURATION (10s) after 1s
@@ -91,12 +91,12 @@ if [ "$COLD" = 1 ]; then
 else
 	echo "warm: $RUNS rounds of $DURATION per domain, $KEYS values, $CONC callers, call deadline $CALL_TIMEOUT"
 	loadgen -domain yaml -keys "$KEYS" -duration "$WARMUP" >/dev/null
-	# Warm until a whole pass of the tenant domain reads no row: every
-	# value cached, none left to read again after a failed read.
+	# Warm until every value is cached and a whole pass of the tenant
+	# domain reads no row (none left to read again after a failed read).
 	for pass in $(seq 10); do
 		reads0=$(metric sluice_tenant_reads_total)
 		loadgen -domain tenant -keys "$KEYS" -duration "$WARMUP" >/dev/null
-		[ "$(metric sluice_tenant_reads_total)" = "$reads0" ] && break
+		[ "$(metric sluice_tenant_reads_total)" = "$reads0" ] && [ "$(metric sluice_tenant_cache_rows)" -ge "$KEYS" ] && break
 	done
 	echo "after $pass warm-up passes: $(metric sluice_tenant_cache_rows) tenant rows cached," \
 		"$(metric sluice_tenant_reads_total) read ($(metric sluice_tenant_read_errors_total) failed), none in the last pass"
