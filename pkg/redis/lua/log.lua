@@ -31,9 +31,16 @@ do
     return t
   end
 
-  -- logNewest is the time of the newest live member of key (count > 0).
+  -- logNewest is the time of the newest live member of key (count > 0),
+  -- from its name ("<time>:", as Sluice writes it: a score read back costs
+  -- Redis a printf of 17 digits) or, for a member of another name, its score.
   local function logNewest(key)
-    local v = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'WITHSCORES', 'LIMIT', 0, 1)
+    local v = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'LIMIT', '0', '1')
+    local t = v[1] and tonumber(string.match(v[1], '^(%d+):%d'))
+    if t or not v[1] then
+      return t or now
+    end
+    v = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'WITHSCORES', 'LIMIT', '0', '1')
     return logTime(v[2])
   end
 
@@ -41,12 +48,23 @@ do
     return redis.call('ZCOUNT', key, fmt('(%d', now - w), '+inf')
   end
 
-  local function logLoad(key, w)
+  -- logLoad counts the members in (now - w, +inf]: for the sliding log as
+  -- all less those at or before now - w, as a ZCOUNT of the window walks all
+  -- of a small sorted set (a listpack) and one of the expired walks only
+  -- those; for concurrency, whose slots in flight are few, with one ZCOUNT.
+  local function logLoad(key, w, N)
     topKey = nil
-    local n = redis.pcall('ZCOUNT', key, fmt('(%d', now - w), '+inf')
+    local n
+    if N == 1 then
+      n = redis.pcall('ZCOUNT', key, fmt('(%d', now - w), '+inf')
+    else
+      n = redis.pcall('ZCARD', key)
+    end
     if type(n) == 'table' then
       redis.call('DEL', key) -- not a sorted set
       n = 0
+    elseif n > 0 and N ~= 1 then
+      n = n - redis.call('ZCOUNT', key, '-inf', fmt('%d', now - w))
     end
     return key, n, 0, true
   end
@@ -60,13 +78,13 @@ do
     if count + n <= L then
       return true, 0
     end
-    local v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - w), '+inf', 'WITHSCORES', 'LIMIT', count + n - L - 1, 1)
+    local v = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - w), '+inf', 'WITHSCORES', 'LIMIT', fmt('%d', count + n - L - 1), '1')
     return false, logTime(v[2]) + w - now
   end
 
   -- logAdd adds n members at time t, each ending in tail.
   local function logAdd(key, t, n, tail)
-    local top = redis.call('ZREVRANGEBYSCORE', key, t, t, 'LIMIT', 0, 1)
+    local top = redis.call('ZREVRANGEBYSCORE', key, fmt('%d', t), fmt('%d', t), 'LIMIT', '0', '1')
     local base = 0
     if top[1] then
       base = tonumber(string.match(top[1], '^%-?%d+:(%d+)')) + 1
@@ -87,7 +105,7 @@ do
     if n == 0 then
       return {}
     elseif N == 0 then
-      return redis.call('ZREVRANGEBYSCORE', key, '+inf', fmt('(%d', cut), 'LIMIT', 0, n)
+      return redis.call('ZREVRANGEBYSCORE', key, '+inf', fmt('(%d', cut), 'LIMIT', '0', fmt('%d', n))
     elseif tr == 0 then
       return {}
     end
@@ -116,20 +134,41 @@ do
     return gone
   end
 
+  -- logTop reads the highest member of key: the log's newest time (now if
+  -- none is later) and the index of the next member at now, nil when a
+  -- member is after now (logAdd reads it). The time and index come from the
+  -- member's name when Sluice wrote it, else from its score.
+  local function logTop(key)
+    local top = redis.call('ZRANGE', key, '-1', '-1')
+    if not top[1] then
+      return now, 0
+    end
+    local tt, ix = string.match(top[1], '^(%d+):(%d+)')
+    local ts = tonumber(tt)
+    if not ts then -- a tombstone or a stray: read the score
+      top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+      ts = tonumber(top[2])
+      if ts and ts <= 0 then
+        return now, 0
+      elseif ts == now then
+        ix = string.match(top[1], '^%-?%d+:(%d+)')
+      end
+    end
+    if not ts or ts > now then
+      return max(logTime(ts), now), nil
+    elseif ts == now then
+      return now, tonumber(ix) + 1
+    end
+    return now, 0
+  end
+
   -- logPlain is consume's common case: inc > 0 entries at now, the log not
   -- full, nothing to remove. It reads the highest member once: its time is
   -- the log's newest (so the TTL and report need no other read), and when it
   -- is now, its index the base of the new ones.
   local function logPlain(key, count, w, inc, N, ta)
     logTrim(key, now - w)
-    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    local newest, base = now, 0
-    local ts = top[2] and tonumber(top[2])
-    if top[2] and not ts or ts and ts > now then
-      newest, base = max(logTime(ts), now), nil -- the index at now: read it
-    elseif ts == now then
-      base = tonumber(string.match(top[1], '^%-?%d+:(%d+)')) + 1
-    end
+    local newest, base = logTop(key)
     local add = min(inc, MAXLOG - count)
     local tail = N == 1 and fmt(':%d', ta or 0) or ''
     if base and add == 1 then
@@ -150,12 +189,16 @@ do
     end
     topKey = nil
     local cut = now - w
-    local gone = logTrim(key, cut, true)
     local add = min(inc, max(MAXLOG - count, 0))
-    if add > 0 then
+    local v, gone
+    if add == 0 then -- a release: what it drops first, as then gone is moot
+      v = logDropped(key, cut, min(dec, count), N, tr or 0)
+      gone = logTrim(key, cut, #v == 0)
+    else
+      gone = logTrim(key, cut, true)
       logAdd(key, now, add, N == 1 and fmt(':%d', ta or 0) or '')
+      v = logDropped(key, cut, min(dec, count + add), N, tr or 0)
     end
-    local v = logDropped(key, cut, min(dec, count + add), N, tr or 0)
     local drop = #v
     if drop > 0 then
       local tomb = { 'ZADD', key }
@@ -169,7 +212,8 @@ do
     local c = count + add - drop
     local ttl = TOMB
     if c > 0 then
-      ttl = logNewest(key) + w - now
+      topKey, topNow, topT = key, now, logNewest(key)
+      ttl = topT + w - now
       if drop > 0 then
         ttl = max(ttl, TOMB)
       end
@@ -199,6 +243,26 @@ do
     return L - count, reset
   end
 
+  -- hit is a plain admitted hit's decide, consume and report (logDecide's
+  -- first test, logPlain, logReport with the newest it read) in one
+  -- function, or nothing for the general path (a denial, a full log, no
+  -- hits).
+  local function logHit(k, L, n, _, C)
+    local count = s2[k]
+    L = C or L
+    if count + n > L or count >= MAXLOG or n == 0 then
+      return
+    end
+    local w = KW[k]
+    local c
+    s1[k], c, s3[k] = logPlain(s1[k], count, w, n, KN[k])
+    s2[k], dirty[k] = c, true
+    if c >= L then
+      return 0, topT + w - now
+    end
+    return L - c, topT + w - now
+  end
+
   local function logStore()
   end
 
@@ -222,7 +286,7 @@ do
       redis.call(unpack(back))
     end
     if add > 0 then
-      local v = redis.call('ZREVRANGEBYSCORE', key, t, t, 'LIMIT', 0, add)
+      local v = redis.call('ZREVRANGEBYSCORE', key, fmt('%d', t), fmt('%d', t), 'LIMIT', '0', fmt('%d', add))
       if #v > 0 then
         redis.call('ZREM', key, unpack(v))
       end
@@ -236,6 +300,6 @@ do
     return key, c, 0, 1
   end
 
-  register('sliding_log', { fits = true, load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume,
+  register('sliding_log', { fits = true, hit = logHit, load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume,
     report = logReport, store = logStore, undo = logUndo })
 end
