@@ -139,6 +139,7 @@ func (b *backend) compose(set *settings.Settings, reg prometheus.Registerer, wra
 		b.cache = limiter.NewCache(b.store, limiter.CacheOptions{Period: set.CacheSync, Instances: b.liveInstances})
 		b.store = b.cache
 		b.registerCache(reg)
+		b.registerBacklog(reg)
 	}
 	if set.OverLimitCache && b.redis != nil {
 		c := limiter.NewOverLimitCache(b.store, limiter.OverLimitOptions{})
@@ -177,6 +178,20 @@ func (b *backend) registerCache(reg prometheus.Registerer) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_live_instances",
 		Help: "Instances alive in the Redis heartbeat, this one included, as last counted (0: never counted)."},
 		func() float64 { return float64(b.live.Load()) }))
+}
+
+// registerBacklog registers the gauges of what the Redis store has left to
+// do in the background (redis.Backlog): an operator sees refunds piling up
+// behind a node that does not answer, and a test waits for them instead of
+// sleeping.
+func (b *backend) registerBacklog(reg prometheus.Registerer) {
+	st := b.redis
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_redis_refunds_pending",
+		Help: "Refunds of denied Cluster requests queued or being retried until Redis answers them."},
+		func() float64 { return float64(st.Backlog().Refunds) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_redis_leased_permits",
+		Help: "Permits this instance's leases of hot counters hold unspent (counted in Redis already; given back when idle)."},
+		func() float64 { return float64(st.Backlog().LeasedPermits) }))
 }
 
 // liveInstances is the instances last counted alive, at least 1.

@@ -55,11 +55,10 @@ func TestHealthcheck(t *testing.T) {
 			url := "http://" + r.srv.httpLn.Addr().String() + "/healthcheck"
 			var code int
 			var body string
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if code, body = get(t, url); code == tc.wantCode {
-					break
-				}
-			}
+			waitUntil(5*time.Second, 20*time.Millisecond, func() bool {
+				code, body = get(t, url)
+				return code == tc.wantCode
+			})
 			if code != tc.wantCode || (code == 200 && body != "OK") {
 				t.Errorf("/healthcheck = %d %q, want %d", code, body, tc.wantCode)
 			}

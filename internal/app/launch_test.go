@@ -100,3 +100,20 @@ func launchWith(t *testing.T, wrap func(limiter.Store) limiter.Store, args ...st
 	t.Helper()
 	return start(t, setup{hooks: hooks{wrapStore: wrap}}, args...)
 }
+
+// waitUntil checks cond every interval until it holds or within has
+// passed, and reports whether it held. It is how a test here waits for a
+// state of the server that nothing announces (a reload in force, a health
+// status, a span ended): a poll of that state with a deadline is a
+// synchronisation point, where a sleep of a guessed length is not. The
+// caller fails the test with its own message.
+func waitUntil(within, every time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(every) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}

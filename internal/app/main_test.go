@@ -23,19 +23,16 @@ func TestMainServesUntilCanceled(t *testing.T) {
 		done <- Main(ctx, []string{"--config", "../../config", "--grpc-addr", "127.0.0.1:0", "--http-addr", httpAddr, "--debug-addr", ""},
 			[]string{"SLUICE_LOG_FORMAT=json", "GOGC=100"}, &out, &errOut)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+	var err error
+	if !waitUntil(10*time.Second, 20*time.Millisecond, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get("http://" + httpAddr + "/readyz"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz not 200 within 10s (%v); stderr:\n%s", err, errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("/readyz not 200 within 10s (%v); stderr:\n%s", err, errOut.String())
 	}
 	cancel()
 	select {

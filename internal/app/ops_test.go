@@ -93,7 +93,7 @@ func TestTracing(t *testing.T) {
 func waitSpans(t *testing.T, exp *tracetest.InMemoryExporter, n int) (servers, stores tracetest.SpanStubs) {
 	t.Helper()
 	var spans tracetest.SpanStubs
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitUntil(5*time.Second, 10*time.Millisecond, func() bool {
 		spans, servers, stores = exp.GetSpans(), nil, nil
 		for _, s := range spans {
 			switch s.Name {
@@ -103,10 +103,8 @@ func waitSpans(t *testing.T, exp *tracetest.InMemoryExporter, n int) (servers, s
 				stores = append(stores, s)
 			}
 		}
-		if len(servers) >= n || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(servers) >= n
+	})
 	if len(servers) != n || len(stores) != n {
 		t.Fatalf("%d server and %d store spans, want %d and %d (unsampled calls make none): %v", len(servers), len(stores), n, n, spanNames(spans))
 	}

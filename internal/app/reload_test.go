@@ -43,13 +43,13 @@ func limitInForce(c rlsv3.RateLimitServiceClient, v string) int {
 // eventually waits until limitInForce is want.
 func eventually(t *testing.T, c rlsv3.RateLimitServiceClient, want int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	got := 0
-	for i := 0; time.Now().Before(deadline); i++ {
-		if got = limitInForce(c, "probe"+itoa(i)); got == want {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	got, i := 0, 0
+	if waitUntil(5*time.Second, 20*time.Millisecond, func() bool {
+		got = limitInForce(c, "probe"+itoa(i))
+		i++
+		return got == want
+	}) {
+		return
 	}
 	t.Fatalf("%s: limit in force %d, want %d", what, got, want)
 }
@@ -94,13 +94,10 @@ func TestReloadDirectory(t *testing.T) {
 
 	// A broken file keeps the last good config and is shown by /config.
 	write(t, file, limitConfig(8)+"    bogus: 1\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, ok := getConfig(t, srv)["last_error"]; ok {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(5*time.Second, 20*time.Millisecond, func() bool {
+		_, ok := getConfig(t, srv)["last_error"]
+		return ok
+	})
 	cfg := getConfig(t, srv)
 	errs, _ := cfg["last_error"].([]any)
 	if len(errs) != 1 || !strings.Contains(errs[0].(string), "reload.yaml:7:5: descriptors[0].bogus: unknown key \"bogus\"") {

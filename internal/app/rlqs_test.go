@@ -52,13 +52,12 @@ func TestQuotaStreamsServedAndStopped(t *testing.T) {
 func waitServing(t *testing.T, r *running) {
 	t.Helper()
 	health := healthpb.NewHealthClient(r.conn)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlqsServiceName})
-		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health of %s = %v, %v; want SERVING", rlqsServiceName, h, err)
-		}
+	var h *healthpb.HealthCheckResponse
+	var err error
+	if !waitUntil(5*time.Second, 20*time.Millisecond, func() bool {
+		h, err = health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlqsServiceName})
+		return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}) {
+		t.Fatalf("health of %s = %v, %v; want SERVING", rlqsServiceName, h, err)
 	}
 }

@@ -50,6 +50,9 @@ func newDecider(c Client, o deciderOptions) *decider {
 // warm loads the limiter function library (or the script) on every master.
 func (d *decider) warm(ctx context.Context) error { return d.ns.load(ctx, d.c) }
 
+// pendingRefunds is the refunds queued or in flight.
+func (d *decider) pendingRefunds() int { return d.refunds.pending() }
+
 // close sends the refunds still pending (waiting at most timeout), closes
 // the client and waits for the nodes' probes.
 func (d *decider) close(timeout time.Duration) error {

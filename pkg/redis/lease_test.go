@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,13 +44,13 @@ func hammer(t *testing.T, stores []*Store, callers int, hits []limiter.Hit, d ti
 
 // leaseStores starts a Redis of the test's own and two Stores on it under
 // one prefix that lease from 100 decisions a second.
-func leaseStores(t *testing.T) (*redistest.Server, string, []*Store) {
+func leaseStores(t *testing.T, now func() time.Time) (*redistest.Server, string, []*Store) {
 	t.Helper()
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t.Name())
 	var stores []*Store
 	for range 2 {
-		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t)}))
+		stores = append(stores, New(newClient(t, srv.Addr()), Options{Prefix: prefix, CallTimeout: loadTimeout, LeaseRate: 100, Logger: zaptest.NewLogger(t), Now: now}))
 	}
 	return srv, prefix, stores
 }
@@ -60,7 +61,7 @@ func leaseStores(t *testing.T) (*redistest.Server, string, []*Store) {
 // counter in Redis holds every admitted request and the unspent permits;
 // after Close gives those back, exactly the admitted requests.
 func TestLeaseHotKey(t *testing.T) {
-	srv, prefix, stores := leaseStores(t)
+	srv, prefix, stores := leaseStores(t, nil)
 	h := limiter.Hit{Key: "hot", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 6}, Hits: 1}
 	warmDecisions, warmAdmitted := hammer(t, stores, 32, []limiter.Hit{h}, 1500*time.Millisecond)
 	c0 := scriptCalls(t, srv.Addr())
@@ -88,15 +89,15 @@ func TestLeaseHotKey(t *testing.T) {
 // admits no more than the limit in any window, leases and all, and the
 // permits a Store holds unspent (the unfairness leases cost) are reported.
 func TestLeaseLimit(t *testing.T) {
-	_, _, stores := leaseStores(t)
-	const limit = 20000
-	h := limiter.Hit{Key: "fills", Limit: limiter.Limit{Requests: limit, Window: time.Minute}, Hits: 1}
 	// A sliding window of one sub-window admits more after a minute starts
 	// (the last minute's hits weigh less as it passes): a run that crossed
-	// one would admit more than the limit by design, not by its leases.
-	if now := time.Now(); now.Second() >= 50 {
-		time.Sleep(time.Until(now.Truncate(time.Minute).Add(time.Minute + 100*time.Millisecond)))
-	}
+	// one would admit more than the limit by design, not by its leases. The
+	// Stores' clock (the script's, instead of Redis TIME) runs at the real
+	// pace from 5 s into a minute, so the 4 s run crosses none.
+	offset := (65*time.Second - time.Duration(time.Now().UnixNano())%time.Minute) % time.Minute
+	_, _, stores := leaseStores(t, func() time.Time { return time.Now().Add(offset) })
+	const limit = 20000
+	h := limiter.Hit{Key: "fills", Limit: limiter.Limit{Requests: limit, Window: time.Minute}, Hits: 1}
 	decisions, admitted := hammer(t, stores, 32, []limiter.Hit{h}, 4*time.Second)
 	t.Logf("%d decisions, %d admitted of %d (%.4f)", decisions, admitted, limit, float64(admitted)/limit)
 	if admitted > limit {
@@ -120,7 +121,7 @@ func TestLeaseLimit(t *testing.T) {
 // a second long, ends): then it holds none, and after Close the counter
 // holds exactly the admitted requests.
 func TestLeaseUnfairness(t *testing.T) {
-	srv, prefix, stores := leaseStores(t)
+	srv, prefix, stores := leaseStores(t, nil)
 	h := limiter.Hit{Key: "shared", Limit: limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 60}, Hits: 1}
 	var quietDecisions, quietAdmitted int64
 	var held uint64
@@ -176,24 +177,19 @@ func TestLeaseGivenBackWhenQuiet(t *testing.T) {
 		{Requests: 1 << 40, Window: time.Hour, SubWindows: 1},
 	} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
-			srv, prefix, stores := leaseStores(t)
+			srv, prefix, stores := leaseStores(t, nil)
 			h := limiter.Hit{Key: "quiet", Limit: l, Hits: 1}
 			decisions, admitted := hammer(t, stores[:1], 16, []limiter.Hit{h}, 2500*time.Millisecond)
-			held := []uint64{stores[0].leases.held()}
-			for range 3 {
-				time.Sleep(time.Second)
-				held = append(held, stores[0].leases.held())
-			}
-			t.Logf("%d decisions in 2.5 s; permits held 0, 1, 2, 3 s after it went quiet: %v", decisions, held)
-			if held[0] == 0 {
+			quiet, first := time.Now(), stores[0].leases.held()
+			if first == 0 {
 				t.Fatal("no permits held when the Store went quiet: the run leased nothing")
 			}
-			if held[3] != 0 {
-				t.Errorf("%d permits held 3 s after the Store went quiet, want 0 (given back)", held[3])
-			}
-			key := counterKey(cleanPrefix(prefix), h)
-			var count uint64
-			if l.Algorithm == limiter.FixedWindow {
+			key, c := counterKey(cleanPrefix(prefix), h), newClient(t, srv.Addr())
+			count := func() uint64 {
+				if l.Algorithm != limiter.FixedWindow {
+					_, n, _, _ := readCounter(t, c, key)
+					return n
+				}
 				v, err := redistest.Do(srv.Addr(), "GET", key)
 				if err != nil {
 					t.Fatal(err)
@@ -202,13 +198,16 @@ func TestLeaseGivenBackWhenQuiet(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				count = st.N1
-			} else {
-				_, count, _, _ = readCounter(t, newClient(t, srv.Addr()), key)
+				return st.N1
 			}
-			if count != uint64(admitted) {
-				t.Errorf("counter 3 s after the Store went quiet = %d, want the %d admitted", count, admitted)
-			}
+			// The sweep gives the permits back in the background: within 3 s
+			// none is held, and the counter holds the admitted requests.
+			deadlineFor(t, 3*time.Second, func() bool { return stores[0].leases.held() == 0 },
+				"permits given back after the Store went quiet (want 0 held)")
+			deadlineFor(t, time.Until(quiet.Add(3*time.Second)), func() bool { return count() == uint64(admitted) },
+				fmt.Sprintf("counter after the Store went quiet = the %d admitted", admitted))
+			t.Logf("%d decisions in 2.5 s; %d permits held when it went quiet, given back within %v", decisions, first,
+				time.Since(quiet).Round(10*time.Millisecond))
 			for _, s := range stores {
 				_ = s.Close()
 			}

@@ -185,6 +185,29 @@ func (s *Store) Warm(ctx context.Context) error {
 	return nil
 }
 
+// Backlog is what a Store has left to do in the background, for a gauge
+// and for a test that waits for that work to be done.
+type Backlog struct {
+	// Refunds is the refunds of denied Cluster requests queued or in
+	// flight: each is retried until Redis answers it (RefundHorizon).
+	Refunds int
+	// LeasedPermits is the permits the Store's leases hold unspent (0 with
+	// leases off): they count in Redis already, and go back about a second
+	// after the Store last spent one, when their (sub-)window ends, or at
+	// Close.
+	LeasedPermits uint64
+}
+
+// Backlog returns what the Store has left to do in the background now. It
+// is safe for concurrent use.
+func (s *Store) Backlog() Backlog {
+	b := Backlog{Refunds: s.d.pendingRefunds()}
+	if s.leases != nil {
+		b.LeasedPermits = s.leases.held()
+	}
+	return b
+}
+
 // Close gives back the unspent permits of its leases and sends the refunds
 // still pending (waiting at most a second each; refunds it could not send are
 // logged), then closes the client. Apply must not be

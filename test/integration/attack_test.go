@@ -211,7 +211,15 @@ func TestAttackClusterRefunds(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			time.Sleep(2 * time.Second) // refunds retried in the background settle
+			// The refunds the binary retries in the background (each until
+			// Redis answers it, for at most 10 s) are all sent: the counters
+			// are final.
+			if !eventually(15*time.Second, 20*time.Millisecond, func() bool {
+				v, ok := metrics(t, s)["sluice_redis_refunds_pending"]
+				return ok && v == 0
+			}) {
+				t.Errorf("refunds pending 15 s after the load: %v", metrics(t, s)["sluice_redis_refunds_pending"])
+			}
 			var got [3]uint64
 			for i, k := range keys {
 				got[i] = counted(t, addrs, k)

@@ -102,14 +102,9 @@ func outageConfig(mode string) string {
 // waitMetric waits (at most 10 s) until want says yes to s's metric name.
 func waitMetric(t *testing.T, s *sluice, name string, want func(float64) bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		v := metrics(t, s)[name]
-		if want(v) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v after 10 s", name, v)
-		}
+	var v float64
+	if !eventually(10*time.Second, 50*time.Millisecond, func() bool { v = metrics(t, s)[name]; return want(v) }) {
+		t.Fatalf("%s = %v after 10 s", name, v)
 	}
 }
 

@@ -46,6 +46,9 @@ const (
 	// recoveryBound is how soon after Redis is back decisions must be
 	// correct again: within one second.
 	recoveryBound = time.Second
+	// outageLength is how long each outage lasts: the load's answers in it
+	// are what the bounds above are checked on.
+	outageLength = 2 * time.Second
 )
 
 // chaosDomains are the domains of testdata/chaos, one per failure mode.
@@ -217,21 +220,22 @@ func decided(resp *rlsv3.RateLimitResponse, err error) bool {
 // arrived. It fails t when none arrives within limit of from.
 func recovered(t *testing.T, s *sluice, domain, name string, from time.Time, limit time.Duration) time.Time {
 	t.Helper()
-	for i := 0; ; i++ {
+	var resp *rlsv3.RateLimitResponse
+	var err error
+	i := 0
+	if !eventually(time.Until(from.Add(limit)), 5*time.Millisecond, func() bool {
 		ctx, cancel := noDeadline(time.Second)
-		resp, err := s.Client.ShouldRateLimit(ctx, request(domain, []string{"probe", fmt.Sprintf("%s-%d", name, i)}))
-		cancel()
-		if decided(resp, err) {
-			if got := resp.GetStatuses()[0].GetLimitRemaining(); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || got != 4 {
-				t.Errorf("%s: first decision after recovery on a fresh key %v remaining %d, want OK remaining 4", domain, resp.GetOverallCode(), got)
-			}
-			return time.Now()
-		}
-		if time.Since(from) > limit {
-			t.Fatalf("%s: no decision %v after Redis came back (last answer %v, %v)", domain, limit, resp, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+		defer cancel()
+		resp, err = s.Client.ShouldRateLimit(ctx, request(domain, []string{"probe", fmt.Sprintf("%s-%d", name, i)}))
+		i++
+		return decided(resp, err)
+	}) {
+		t.Fatalf("%s: no decision %v after Redis came back (last answer %v, %v)", domain, limit, resp, err)
 	}
+	if got := resp.GetStatuses()[0].GetLimitRemaining(); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || got != 4 {
+		t.Errorf("%s: first decision after recovery on a fresh key %v remaining %d, want OK remaining 4", domain, resp.GetOverallCode(), got)
+	}
+	return time.Now()
 }
 
 // countdown requires that a fresh probe key in domain counts down exactly,
@@ -296,18 +300,20 @@ func TestChaos(t *testing.T) {
 	}
 	before := metrics(t, s)
 	l := startLoad(s, 4)
-	time.Sleep(500 * time.Millisecond)
+	if !eventually(5*time.Second, 10*time.Millisecond, func() bool { return len(l.samples()) >= 100 }) {
+		t.Fatalf("the load answered %d calls in 5 s before the outage, want 100", len(l.samples()))
+	}
 
 	var outages []outage
 
 	// (a) SIGSTOP: Redis hangs.
 	srv.Pause(t)
 	down := time.Now()
-	time.Sleep(time.Second)
-	if got := readyz(t, s); got != http.StatusServiceUnavailable {
+	var got int
+	if !eventually(time.Second, 20*time.Millisecond, func() bool { got = readyz(t, s); return got == http.StatusServiceUnavailable }) {
 		t.Errorf("SIGSTOP: /readyz = %d during the outage, want 503", got)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Until(down.Add(outageLength)))
 	back := time.Now()
 	srv.Resume(t)
 	outages = append(outages, outage{"SIGSTOP", down, back})
@@ -325,11 +331,10 @@ func TestChaos(t *testing.T) {
 	// same port.
 	srv.Stop()
 	down = time.Now()
-	time.Sleep(time.Second)
-	if got := readyz(t, s); got != http.StatusServiceUnavailable {
+	if !eventually(time.Second, 20*time.Millisecond, func() bool { got = readyz(t, s); return got == http.StatusServiceUnavailable }) {
 		t.Errorf("SIGKILL: /readyz = %d during the outage, want 503", got)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Until(down.Add(outageLength)))
 	beforeStart := time.Now()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

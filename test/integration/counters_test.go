@@ -163,15 +163,13 @@ func masterOf(t *testing.T, addr string, slot int64) string {
 func valueKeys(t *testing.T, s *sluice, addrs []string, prefix, domain, entry string) func(value string) string {
 	t.Helper()
 	probe := ("q" + entry + "________")[:8] // 8 bytes, one per entry key
-	for i := 0; ; i++ {                     // on a loaded host a call may miss its 15 ms
-		_, err := s.Client.ShouldRateLimit(context.Background(), request(domain, []string{entry, probe}))
-		if err == nil {
-			break
-		}
-		if i == 50 {
-			t.Fatalf("probe %s=%s: %v", entry, probe, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// On a loaded host a call may miss its 15 ms: the probe is sent again.
+	var err error
+	if !eventually(2*time.Second, 20*time.Millisecond, func() bool {
+		_, err = s.Client.ShouldRateLimit(context.Background(), request(domain, []string{entry, probe}))
+		return err == nil
+	}) {
+		t.Fatalf("probe %s=%s: %v", entry, probe, err)
 	}
 	key := keyHolding(t, addrs, prefix, probe)
 	return func(v string) string {

@@ -38,25 +38,24 @@ func TestSentinelFailover(t *testing.T) {
 	killed := time.Now()
 	// Sluice decides again as soon as it reaches the promoted replica; ask
 	// with fresh keys until it does.
-	var decidedAt time.Time
-	for i := 0; ; i++ {
+	var resp *rlsv3.RateLimitResponse
+	var err error
+	i := 0
+	if !eventually(time.Until(killed.Add(failoverBound)), 20*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := s.Client.ShouldRateLimit(ctx, request("chaos_unset", []string{"probe", fmt.Sprintf("failover-%d", i)}))
-		cancel()
-		if decided(resp, err) {
-			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
-				t.Errorf("first decision after the failover on a fresh key: %v, want OK remaining 4", resp)
-			}
-			decidedAt = time.Now()
-			break
-		}
-		if time.Since(killed) > failoverBound {
-			a, aerr := f.MasterAddr()
-			t.Fatalf("no decision %v after the master died (last answer %v, %v; sentinels' master %q %v)\n%s",
-				failoverBound, resp, err, a, aerr, s.Log())
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer cancel()
+		resp, err = s.Client.ShouldRateLimit(ctx, request("chaos_unset", []string{"probe", fmt.Sprintf("failover-%d", i)}))
+		i++
+		return decided(resp, err)
+	}) {
+		a, aerr := f.MasterAddr()
+		t.Fatalf("no decision %v after the master died (last answer %v, %v; sentinels' master %q %v)\n%s",
+			failoverBound, resp, err, a, aerr, s.Log())
 	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Errorf("first decision after the failover on a fresh key: %v, want OK remaining 4", resp)
+	}
+	decidedAt := time.Now()
 	promoted, err := f.WaitPromoted(5 * time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -254,15 +254,9 @@ func TestShedWhileRedisPaused(t *testing.T) {
 	}
 	// The first decision may outlast the 15 ms store timeout on a loaded
 	// machine (CI under -race); the test needs one counted hit to start from.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		err := call()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var err error
+	if !eventually(5*time.Second, 10*time.Millisecond, func() bool { err = call(); return err == nil }) {
+		t.Fatal(err)
 	}
 	key := keyHolding(t, []string{srv.Addr()}, prefix, "paused")
 	before := counted(t, []string{srv.Addr()}, key)
@@ -292,11 +286,8 @@ func TestShedWhileRedisPaused(t *testing.T) {
 	}
 	wg.Wait()
 	srv.Resume(t)
-	for deadline := time.Now().Add(5 * time.Second); call() != nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("decisions did not resume within 5 s of Redis resuming")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !eventually(5*time.Second, 10*time.Millisecond, func() bool { return call() == nil }) {
+		t.Fatal("decisions did not resume within 5 s of Redis resuming")
 	}
 	late := counted(t, []string{srv.Addr()}, key) - before - 1 // the call that succeeded
 	t.Logf("Redis paused, then 1000 calls: %d not sent; %d hits counted late", notSent.Load(), late)

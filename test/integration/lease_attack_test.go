@@ -182,7 +182,7 @@ func TestLeaseAttackRedisRestart(t *testing.T) {
 	defer cancel()
 	res := make(chan []answer)
 	go func() { res <- hammer(ctx, ss, "atk", []string{"hot", "v"}, 64, 0) }()
-	time.Sleep(1200 * time.Millisecond)
+	waitLeasing(t, ss)
 	srv.Stop()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -288,6 +288,18 @@ func TestLeaseAttackMixedAddend(t *testing.T) {
 	}
 }
 
+// waitLeasing waits until every instance of ss holds leased permits (its
+// sluice_redis_leased_permits above 0): the load has made the key hot
+// everywhere, so the fault that follows meets leases.
+func waitLeasing(t *testing.T, ss []*sluice) {
+	t.Helper()
+	for i, s := range ss {
+		if !eventually(5*time.Second, 20*time.Millisecond, func() bool { return metrics(t, s)["sluice_redis_leased_permits"] > 0 }) {
+			t.Fatalf("instance %d holds no leased permits 5 s into the load", i)
+		}
+	}
+}
+
 func goroutines(t *testing.T, s *sluice) string {
 	_, body := httpGet(t, "http://"+s.DebugAddr+"/debug/pprof/goroutine?debug=1")
 	line, _, _ := strings.Cut(body, "\n")
@@ -304,7 +316,7 @@ func TestLeaseAttackRedisPause(t *testing.T) {
 	defer cancel()
 	res := make(chan []answer)
 	go func() { res <- hammer(ctx, ss, "atk", []string{"hot", "v"}, 64, 0) }()
-	time.Sleep(1200 * time.Millisecond)
+	waitLeasing(t, ss)
 	srv.Pause(t)
 	time.Sleep(1000 * time.Millisecond)
 	t.Logf("paused 1s: %s / %s", goroutines(t, ss[0]), goroutines(t, ss[1]))

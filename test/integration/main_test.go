@@ -164,6 +164,23 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *sluice {
 	return s
 }
 
+// eventually checks cond every interval until it holds or within has
+// passed, and reports whether it held. It is how a test here waits for a
+// state of the binary, of Redis or of a page that nothing announces: a poll
+// of that state with a deadline is a synchronisation point, where a sleep
+// of a guessed length is not. The caller fails the test with its own
+// message.
+func eventually(within, every time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(every) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // call sends one request built from descriptors given as key, value lists.
 func (s *sluice) call(t *testing.T, domain string, descs ...[]string) *rlsv3.RateLimitResponse {
 	t.Helper()

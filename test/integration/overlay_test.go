@@ -199,11 +199,12 @@ func ruleSays(rule map[string]any) string {
 func waitRule(t *testing.T, s *sluice, domain, name, want string) {
 	t.Helper()
 	var got string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	if eventually(10*time.Second, 50*time.Millisecond, func() bool {
 		r, _ := configRule(t, s, domain, name)
-		if got = ruleSays(r); got == want {
-			return
-		}
+		got = ruleSays(r)
+		return got == want
+	}) {
+		return
 	}
 	t.Fatalf("/config's %s %s: %q, want %q\n%s", domain, name, got, want, s.Log())
 }
@@ -270,8 +271,7 @@ func TestOverlayEnvoyGateway(t *testing.T) {
 	// A broken edit: an error at its line, the last good overlay kept.
 	swapFile(t, filepath.Join(ovDir, "route.yaml"), overlayBad)
 	want := filepath.Join(ovDir, "route.yaml") + ":7:11: descriptors[0].descriptors[0].rate_limit.burst: burst with algorithm sliding_window"
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.Log(), want) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-	}
+	eventually(10*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(s.Log(), want) })
 	r, lastErr := configRule(t, s, "first-listener", route)
 	if !strings.Contains(strings.Join(lastErr, "\n"), want) || ruleSays(r) != "fixed_window <nil> 5 overlay/route.yaml:6" {
 		t.Errorf("after a broken overlay: /config's last_error %q (want %q), the rule %q (want the last good overlay's fixed window)", lastErr, want, ruleSays(r))

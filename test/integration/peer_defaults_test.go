@@ -278,14 +278,11 @@ func TestPeerConfigLoadMetrics(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "config.yaml"), []byte("domain: [broken"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if !eventually(10*time.Second, 100*time.Millisecond, func() bool {
 		_, metrics = httpGet(t, "http://"+s.MetricsAddr+"/metrics")
-		if strings.Contains(metrics, "\nratelimit_service_config_load_error 1\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ratelimit_service_config_load_error 1 10s after a broken config:\n%s", metrics)
-		}
+		return strings.Contains(metrics, "\nratelimit_service_config_load_error 1\n")
+	}) {
+		t.Fatalf("no ratelimit_service_config_load_error 1 10s after a broken config:\n%s", metrics)
 	}
 }
 

@@ -18,11 +18,10 @@ func waitHTTP(t *testing.T, url string, want func(code int) bool) (int, string) 
 	t.Helper()
 	var code int
 	var body string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if code, body = httpGet(t, url); want(code) {
-			break
-		}
-	}
+	eventually(10*time.Second, 50*time.Millisecond, func() bool {
+		code, body = httpGet(t, url)
+		return want(code)
+	})
 	return code, body
 }
 

@@ -50,16 +50,12 @@ func TestPoolClasses(t *testing.T) {
 				if err := os.WriteFile(file, []byte(lowered), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					r := s.call(t, "pool", []string{"pool", "checkout_db", "priority", "default"})
-					if r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 500 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("no ceiling of 500 within 10 s of the edit: %v\n%s", r, s.Log())
-					}
-					time.Sleep(50 * time.Millisecond)
+				var r *rlsv3.RateLimitResponse
+				if !eventually(10*time.Second, 50*time.Millisecond, func() bool {
+					r = s.call(t, "pool", []string{"pool", "checkout_db", "priority", "default"})
+					return r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 500
+				}) {
+					t.Fatalf("no ceiling of 500 within 10 s of the edit: %v\n%s", r, s.Log())
 				}
 			})
 		})

@@ -109,23 +109,19 @@ func TestQuotaFleet(t *testing.T) {
 func waitShares(t *testing.T, what string, want map[*quotaEnvoy]int, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		ok := true
+	if !eventually(within, 10*time.Millisecond, func() bool {
 		for e, w := range want {
 			if d := e.share() - w; d > w/5+2 || -d > w/5+2 {
-				ok = false
+				return false
 			}
 		}
-		if ok {
-			t.Logf("%s: shares settled in %v", what, time.Since(start).Round(time.Millisecond))
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			checkShares(t, what, want)
-			t.FailNow()
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}) {
+		checkShares(t, what, want)
+		t.FailNow()
 	}
+	t.Logf("%s: shares settled in %v", what, time.Since(start).Round(time.Millisecond))
+	return time.Since(start)
 }
 
 // checkWindows waits for the next n whole seconds (the rule's windows) to
@@ -478,20 +474,16 @@ func TestQuotaStreamsPerConnection(t *testing.T) {
 		}()
 	}
 	// Each stream is open or refused once the server has seen it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		m := metrics(t, s)
-		if m["sluice_rlqs_streams"]+m[`sluice_rlqs_refused_total{bound="max_streams"}`]+
-			m[`sluice_rlqs_refused_total{bound="max_streams_per_connection"}`] == 501 {
-			t.Logf("500 streams on one connection: %v open in all, refused %v past max_streams, %v past max_streams_per_connection",
-				m["sluice_rlqs_streams"], m[`sluice_rlqs_refused_total{bound="max_streams"}`], m[`sluice_rlqs_refused_total{bound="max_streams_per_connection"}`])
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not see the 500 streams: %v open", m["sluice_rlqs_streams"])
-		}
-		time.Sleep(20 * time.Millisecond)
+	var m map[string]float64
+	if !eventually(10*time.Second, 20*time.Millisecond, func() bool {
+		m = metrics(t, s)
+		return m["sluice_rlqs_streams"]+m[`sluice_rlqs_refused_total{bound="max_streams"}`]+
+			m[`sluice_rlqs_refused_total{bound="max_streams_per_connection"}`] == 501
+	}) {
+		t.Fatalf("the server did not see the 500 streams: %v open", m["sluice_rlqs_streams"])
 	}
+	t.Logf("500 streams on one connection: %v open in all, refused %v past max_streams, %v past max_streams_per_connection",
+		m["sluice_rlqs_streams"], m[`sluice_rlqs_refused_total{bound="max_streams"}`], m[`sluice_rlqs_refused_total{bound="max_streams_per_connection"}`])
 	served("the other connection's stream open before", before)
 	served("a new stream on the other connection", open(victim))
 	refused, want := 0, 500-rlqs.DefaultMaxStreamsPerConnection

@@ -77,11 +77,8 @@ func TestTenantPlanChangeLive(t *testing.T) {
 	}
 	start := time.Now()
 	for _, s := range []*sluice{c, b, a} {
-		for admitted(t, s, "acme", 1) == 0 {
-			if time.Since(start) > 2*time.Second {
-				t.Fatalf("acme still denied %v after the change to pro", time.Since(start))
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !eventually(time.Until(start.Add(2*time.Second)), 20*time.Millisecond, func() bool { return admitted(t, s, "acme", 1) != 0 }) {
+			t.Fatalf("acme still denied %v after the change to pro", time.Since(start))
 		}
 	}
 	t.Logf("plan change seen by all three instances after %v", time.Since(start))
@@ -143,13 +140,14 @@ func TestTenantTableUnreadable(t *testing.T) {
 	if err := rc.XAdd(ctx, &goredis.XAddArgs{Stream: prefix + "tenants:changes", Values: []any{"t", "api_tenants", "reset", "1"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for !regexp.MustCompile(`sluice_tenant_read_errors_total [1-9]`).MatchString(tenantMetrics(t, s)) {
-		admitted(t, s, "beta", 1)
-		if time.Now().After(deadline) {
-			t.Fatalf("no read error counted:\n%s", tenantMetrics(t, s))
+	if !eventually(3*time.Second, 50*time.Millisecond, func() bool {
+		if regexp.MustCompile(`sluice_tenant_read_errors_total [1-9]`).MatchString(tenantMetrics(t, s)) {
+			return true
 		}
-		time.Sleep(50 * time.Millisecond)
+		admitted(t, s, "beta", 1)
+		return false
+	}) {
+		t.Fatalf("no read error counted:\n%s", tenantMetrics(t, s))
 	}
 	if got := admitted(t, s, "fresh", 4); got != 2 {
 		t.Errorf("a new tenant with the table unreadable: %d of 4 admitted, want 2 (the default plan)", got)

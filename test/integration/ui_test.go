@@ -153,17 +153,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// Wait for the rates to cover a few seconds of load, then for the page
 	// to show other numbers than at first.
 	var decisions2, top2, polls string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		time.Sleep(1500 * time.Millisecond)
+	eventually(30*time.Second, 1500*time.Millisecond, func() bool {
 		decisions2, top2 = text(t, ctx, cardText(rule, "decisions")), text(t, ctx, cardText(rule, "top"))
 		polls = eval[string](t, ctx, "document.body.dataset.polls")
 		rate, _ := strconv.ParseFloat(strings.ReplaceAll(decisions2, ",", ""), 64)
-		if rate > 200 && decisions2 != decisions1 && top2 != top1 && len(hotOver(t, ctx)) > 0 || time.Now().After(deadline) {
-			t.Logf("decisions/s %s -> %s after %s polls", decisions1, decisions2, polls)
-			break
-		}
-	}
+		return rate > 200 && decisions2 != decisions1 && top2 != top1 && len(hotOver(t, ctx)) > 0
+	})
+	t.Logf("decisions/s %s -> %s after %s polls", decisions1, decisions2, polls)
 	if decisions2 == decisions1 || top2 == top1 {
 		t.Errorf("the page did not change: decisions/s %q -> %q, top %q -> %q", decisions1, decisions2, top1, top2)
 	}
@@ -323,13 +319,11 @@ func TestStatusPagePoolClasses(t *testing.T) {
 	}
 	want := "critical 100% 0.5 0, default 80% 8 2, batch 70% 0 0, test 50% 0 0"
 	var got string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	eventually(10*time.Second, 500*time.Millisecond, func() bool {
 		got = eval[string](t, ctx, `[...document.querySelectorAll('`+sel+` tbody tr')].map(r =>
 			[...r.cells].map(c => c.textContent).join(" ")).join(", ")`)
-		if got == want || time.Now().After(deadline) {
-			break
-		}
-	}
+		return got == want
+	})
 	if got != want {
 		t.Errorf("the pool's classes on the page: %q, want %q", got, want)
 	}

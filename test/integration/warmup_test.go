@@ -43,7 +43,10 @@ func TestNewInstanceAnswersFromReady(t *testing.T) {
 		}
 	}
 	defer func() { stop(); bg.Wait() }()
-	time.Sleep(time.Second)
+	// The load under way: a second's worth of it sent.
+	if !eventually(10*time.Second, 10*time.Millisecond, func() bool { return sent.Load() >= 2000 }) {
+		t.Fatalf("the background load sent %d decisions in 10 s, want 2,000", sent.Load())
+	}
 	began, before := time.Now(), sent.Load()
 
 	steady := errorShare(old[0], 1000, "steady")
@@ -61,15 +64,15 @@ func TestNewInstanceAnswersFromReady(t *testing.T) {
 // waitReady polls /readyz until it answers 200.
 func waitReady(t *testing.T, s *sluice) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get("http://" + s.HTTPAddr + "/readyz"); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return
-			}
+	if eventually(10*time.Second, time.Millisecond, func() bool {
+		r, err := http.Get("http://" + s.HTTPAddr + "/readyz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(time.Millisecond)
+		r.Body.Close()
+		return r.StatusCode == 200
+	}) {
+		return
 	}
 	t.Fatalf("not ready within 10s:\n%s", s.Log())
 }

@@ -65,10 +65,7 @@ func TestXDSServe(t *testing.T) {
 	}
 
 	write("domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 9\n")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(xds.Log(), "config not served") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(10*time.Second, 50*time.Millisecond, func() bool { return strings.Contains(xds.Log(), "config not served") })
 	if want := "api.yaml:4:17: invalid YAML: this '{' is never closed"; !strings.Contains(xds.Log(), want) {
 		t.Errorf("the broken edit's error does not say %q:\n%s", want, xds.Log())
 	}
@@ -82,13 +79,13 @@ func TestXDSServe(t *testing.T) {
 // call's response.
 func waitLimit(t *testing.T, s, xds *sluice, rpu uint32) *rlsv3.RateLimitResponse {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := s.Client.ShouldRateLimit(context.Background(), request("api", []string{"remote_address", "10.0.0.1"}))
-		if err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == rpu {
-			return resp
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no limit of %d a minute within 10 s (last: %v, %v)\nxds-serve:\n%s\nsluice:\n%s", rpu, resp, err, xds.Log(), s.Log())
-		}
+	var resp *rlsv3.RateLimitResponse
+	var err error
+	if !eventually(10*time.Second, 50*time.Millisecond, func() bool {
+		resp, err = s.Client.ShouldRateLimit(context.Background(), request("api", []string{"remote_address", "10.0.0.1"}))
+		return err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == rpu
+	}) {
+		t.Fatalf("no limit of %d a minute within 10 s (last: %v, %v)\nxds-serve:\n%s\nsluice:\n%s", rpu, resp, err, xds.Log(), s.Log())
 	}
+	return resp
 }
