@@ -74,10 +74,8 @@ func TestTenantsOnCluster(t *testing.T) {
 		t.Errorf("keys on the cluster %v, want the table's hash %s", keys, prefix+"tenants:api_tenants")
 	}
 	// b cached acme on the default plan: the feed must tell it.
-	for deadline := time.Now().Add(2 * time.Second); admitted(t, b, "acme", 1) == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("acme still denied at the second instance 2 s after the change to pro")
-		}
+	if !eventually(2*time.Second, 20*time.Millisecond, func() bool { return admitted(t, b, "acme", 1) == 1 }) {
+		t.Fatalf("acme still denied at the second instance 2 s after the change to pro")
 	}
 	// 3 admitted at b so far: 2 more of pro's 5, counted once for both.
 	if got := admitted(t, a, "acme", 2) + admitted(t, b, "acme", 3); got != 2 {
@@ -110,11 +108,10 @@ func TestTenantsOnCluster(t *testing.T) {
 	if r := b.call(t, "api", []string{"offender", "mallory"}); r.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("during the block, at the other instance: %v, want OVER_LIMIT", r.GetOverallCode())
 	}
-	for b.call(t, "api", []string{"offender", "mallory"}).GetOverallCode() != rlsv3.RateLimitResponse_OK {
-		if time.Since(blocked) > 5*time.Second {
-			t.Fatalf("still blocked %v after a 2 s block", time.Since(blocked))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !eventually(5*time.Second, 50*time.Millisecond, func() bool {
+		return b.call(t, "api", []string{"offender", "mallory"}).GetOverallCode() == rlsv3.RateLimitResponse_OK
+	}) {
+		t.Fatalf("still blocked %v after a 2 s block", time.Since(blocked))
 	}
 	if d := time.Since(blocked); d < 1500*time.Millisecond {
 		t.Errorf("admitted again %v after the first offence, want after its 2 s block", d)
