@@ -57,19 +57,22 @@ end
 -- for N > 1 sub-windows; the logs' N says whether entries are slots named
 -- by tokens), window and sub-windows (a calendar's bounds instead: its
 -- variant, fixed_calendar.lua), and clears what the call reads of its keys.
-local function readSpecs(specs, nk)
-  local p = 1
+-- It lists the keys whose algorithm parses its state from a string (pidx,
+-- pnames) for prefetch, and returns their number.
+local function readSpecs(KEYS, specs, nk)
+  local p, n = 1, 0
+  ALG.pen.reset()
   for k = 1, nk do
     local a, w, N
     a, w, N, p = sunpack(F_SPEC, specs, p)
     ox[k], dirty[k], mark[k] = 0, 0, 0
-    local pen = a ~= MARKER and a >= 64 -- fmtPenalty follows (penalty.lua)
-    if pen then
-      a = a - 64
-    end
     if a == MARKER then
       KA[k] = 0
     else
+      local pen = a >= 64 -- fmtPenalty follows (penalty.lua)
+      if pen then
+        a = a - 64
+      end
       local A = ALG[a]
       if not A then
         error('sluice: unknown algorithm ' .. a)
@@ -82,33 +85,34 @@ local function readSpecs(specs, nk)
         N = 1
       end
       KA[k], KW[k], KN[k] = A, w, N
-      p = ALG.pen.spec(specs, p, k, pen)
+      if pen then
+        p = ALG.pen.spec(specs, p, k)
+      end
+      if A.parse then
+        n = n + 1
+        pidx[n], pnames[n] = k, KEYS[k]
+      end
     end
   end
+  return n
 end
 
--- prefetch loads and rolls every key of the batch whose algorithm can parse
--- its state from a string, with one MGET per PREFETCH keys: a redis.call
--- costs about as much as the rest of a decision, so a batch pays one read
--- instead of one per counter. The keys it loads are not loaded again (ox).
+-- prefetch loads and rolls the n keys readSpecs listed, whose algorithm can
+-- parse its state from a string, with one MGET per PREFETCH keys: a
+-- redis.call costs about as much as the rest of a decision, so a batch pays
+-- one read instead of one per counter. The keys it loads are not loaded
+-- again (ox).
 local PREFETCH = 1000
-local function prefetch(KEYS, nk)
-  local n = 0
-  for k = 1, nk do
-    local A = KA[k]
-    if A ~= 0 and A.parse then
-      n = n + 1
-      pidx[n], pnames[n] = k, KEYS[k]
-    end
-  end
+local function prefetch(n)
   for from = 1, n, PREFETCH do
     local to = min(from + PREFETCH - 1, n)
     local vals = redis.call('MGET', unpack(pnames, from, to))
     for x = from, to do
       local k = pidx[x]
       local A, w, N = KA[k], KW[k], KN[k]
-      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1], N, k)
-      s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+      local a, b, c, e = A.parse(vals[x - from + 1], N, k)
+      o1[k], o2[k], o3[k], ox[k] = a, b, c, e
+      s1[k], s2[k], s3[k] = A.roll(a, b, c, w, N)
     end
   end
 end
@@ -506,8 +510,7 @@ local function run(KEYS, ARGV)
   end
   clock(ARGV[1])
   local nk = #KEYS
-  readSpecs(ARGV[2], nk)
-  prefetch(KEYS, nk)
+  prefetch(readSpecs(KEYS, ARGV[2], nk))
   local prog = ARGV[3]
   out[1] = spack(F_NOW, now)
   local e, nout, p = 0, 1, 1
