@@ -194,16 +194,13 @@ do -- (in a block: the chunk has at most 200 locals at once)
     end
     local newest
     if v == HV[k] and at == HA[k] then
-      -- Built by subHit (or by consume: the same head).
       local W, t0 = HW[k], HT[k]
       local cur = HC[k] + (total - t0)
       if t0 ~= total then
         salt = (salt + 1) % 256
         v = spack(subSame(W, N), v, at, total, cur, W, salt)
       end
-      if cur ~= 0 then
-        newest = at
-      end
+      newest = cur ~= 0 and at or nil
     else
       local at0, cur, W, t0 = subHead(v, at, total)
       if at0 == at and t0 ~= total then
@@ -423,7 +420,6 @@ local function subReport(at, total, v, w, L, allowed, _, N, C)
   return r, reset
 end
 
-
 -- undo subtracts delta from sub-window idx while the estimate counts it,
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
 -- decodes and encodes every slot.
@@ -445,7 +441,6 @@ local function subUndo(_, at, total, v, _, N, idx, delta)
   end
   return at, total, subEncode(at, total, cs, N), 1
 end
-
 
 register('sliding_window', { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide,
   consume = subConsume, report = subReport, store = subStore, undo = subUndo, hit = subHit, fits = true,
