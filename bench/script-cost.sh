@@ -12,8 +12,10 @@
 # the others run a minute's limit too, never reached: 2^40 a minute, 1000
 # for the logs; a token bucket that far from its limit is full again within
 # a millisecond, so its key is gone at the next decision, as under the load
-# test's rules), CEILING (every request a pool's class of this ceiling, in
-# permille: 800 for 80%; unset for a plain limit), REDIS_SERVER
+# test's rules; concurrency acquires under a slot token and releases the
+# counter's last slot in the same call, so a decision is both), CEILING
+# (every request a pool's class of this ceiling, in permille: 800 for 80%;
+# unset for a plain limit), REDIS_SERVER
 # (redis-server; a build with symbols names the functions: KEEP=1 keeps
 # the callgrind output for callgrind_annotate).
 # Needs go, redis-server, valgrind.

@@ -220,6 +220,13 @@ var benchKeys = 20000
 // long run on a plain Redis, then count Redis's instructions per decision
 // under callgrind (bench/script-cost.sh), a figure the machine's noise does
 // not move.
+//
+// For concurrency a request is an acquire under a slot token of its own
+// (its clock's ms) and, as a second entry of the call, the release of the
+// slot its counter's last request took (625 ms before): each counter holds
+// one slot in flight, as when every request ends before the next begins.
+// A run that continues the last releases that run's last slots when its
+// calls times batch is a multiple of the counters (as script-cost.sh's are).
 func BenchmarkScriptSteady(b *testing.B) {
 	keys := 10000
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_KEYS")); err == nil {
@@ -250,6 +257,52 @@ func BenchmarkScriptSteady(b *testing.B) {
 	if err != nil {
 		start = time.Now().UnixMilli()
 	}
+	l := steadyLimit(b)
+	n := 0
+	for b.Loop() {
+		ps := make([]*pending, 0, 2*batch)
+		for range batch {
+			at := start + int64(n*625/keys)
+			hits := make([]limiter.Hit, perRequest)
+			for d := range hits {
+				hits[d] = limiter.Hit{Key: "d" + strconv.Itoa(d) + "k" + strconv.Itoa(n%keys), Limit: l, Hits: 1}
+			}
+			if l.Algorithm == limiter.Concurrency {
+				ps = append(ps, steadyEntry(s, hits, uint64(at), true))
+				ps = append(ps, steadyEntry(s, hits, uint64(at-625), false))
+			} else {
+				ps = append(ps, steadyEntry(s, hits, 0, true))
+			}
+			n++
+		}
+		now := strconv.FormatInt(start+int64(n*625/keys), 10)
+		for _, err := range runEntries(ctx, s.d.ns.one.c, s.d.ns.one.caller, now, ps) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := rdb.Set(ctx, clock, start+int64(n*625/keys), 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// steadyEntry is the entry of a request of hits (copied) under slot token
+// token, an acquire, or, when not acquire, a release of it.
+func steadyEntry(s *Store, hits []limiter.Hit, token uint64, acquire bool) *pending {
+	hs := slices.Clone(hits)
+	for i := range hs {
+		hs[i].SlotToken, hs[i].Refund = token, !acquire
+	}
+	gs, _ := s.split(hs)
+	return &pending{e: gs[0].e}
+}
+
+// steadyLimit is BenchmarkScriptSteady's Limit: SLUICE_BENCH_ALG's
+// algorithm (the default sliding window of 50 sub-windows if unset) of a
+// minute, never reached, a pool's class of SLUICE_BENCH_CEILING if set.
+func steadyLimit(b *testing.B) limiter.Limit {
 	l := limiter.Limit{Requests: 1 << 40, Window: time.Minute, SubWindows: 50}
 	if v := os.Getenv("SLUICE_BENCH_ALG"); v != "" {
 		a, ok := limiter.ParseAlgorithm(v)
@@ -271,27 +324,5 @@ func BenchmarkScriptSteady(b *testing.B) {
 		}
 		l.Ceiling = uint16(c)
 	}
-	n := 0
-	for b.Loop() {
-		ps := make([]*pending, batch)
-		for i := range ps {
-			hits := make([]limiter.Hit, perRequest)
-			for d := range hits {
-				hits[d] = limiter.Hit{Key: "d" + strconv.Itoa(d) + "k" + strconv.Itoa(n%keys), Limit: l, Hits: 1}
-			}
-			gs, _ := s.split(hits)
-			ps[i] = &pending{e: gs[0].e}
-			n++
-		}
-		now := strconv.FormatInt(start+int64(n*625/keys), 10)
-		for _, err := range runEntries(ctx, s.d.ns.one.c, s.d.ns.one.caller, now, ps) {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	if err := rdb.Set(ctx, clock, start+int64(n*625/keys), 0).Err(); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "decisions/s")
+	return l
 }
