@@ -179,13 +179,12 @@ var layout = []struct {
 	// An apply entry's short reply of its first hit, fmtAdmitted then
 	// fmtHitShort in one pack.
 	{"F_FIRSTSHORT", fmtAdmitted + fmtHitShort[1:]},
-	// A plain hit's fields up to its flags, what follows them, and where
-	// the flags are: what the fast path reads.
-	{"F_HITPLAIN", fmtHit[:5]}, {"Z_HITREST", formatSize(fmtHit[5:])}, {"O_HITFLAGS", formatSize(fmtHit[:5])},
-	// A pool's class's capacity: its format, where it is after the plain
-	// fields, and oneEntry's read of the plain fields with the flags, what
-	// follows them and where the capacity is in that.
-	{"F_HITCEILING", "<" + fmtHit[7:8]}, {"O_HITCEILING", formatSize(fmtHit[5:7])},
+	// Where a hit's flags are: what the fast path reads.
+	{"O_HITFLAGS", formatSize(fmtHit[:5])},
+	// A pool's class's capacity: its format, and oneEntry's read of the
+	// plain fields with the flags, what follows them and where the
+	// capacity is in that.
+	{"F_HITCEILING", "<" + fmtHit[7:8]},
 	{"F_HITONE", fmtHit[:6]}, {"Z_HITTAIL", formatSize(fmtHit[6:])}, {"O_TAILCEILING", formatSize(fmtHit[6:7])},
 	{"Z_HIT", formatSize(fmtHit)}, {"Z_UNDO", formatSize(fmtUndo)}, {"Z_UNDOKEY", formatSize(fmtUndoKey)},
 	{"K_APPLY", kindApply}, {"K_CHECK", kindCheck}, {"K_UNDO", kindUndo}, {"K_FULL", kindFull}, {"K_LEASE", kindLease},

@@ -47,7 +47,7 @@ func TestProtocolSizes(t *testing.T) {
 		{"Z_HIT", lookup(t, "Z_HIT"), hitSize},
 		{"Z_UNDO", lookup(t, "Z_UNDO"), undoSize},
 		{"Z_UNDOKEY", lookup(t, "Z_UNDOKEY"), undoKeySize},
-		{"Z_HITREST + O_HITFLAGS", lookup(t, "Z_HITREST").(int) + lookup(t, "O_HITFLAGS").(int), hitSize},
+		{"O_HITFLAGS + 1 + Z_HITTAIL", lookup(t, "O_HITFLAGS").(int) + 1 + lookup(t, "Z_HITTAIL").(int), hitSize},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %v, want %d", tc.name, tc.got, tc.want)

@@ -15,16 +15,29 @@ do
   -- Per hit of the entry: whether a block denied it (the reply's bit 4).
   local bl = {}
 
-  -- spec reads key k's fmtPenalty at p when has, and returns where the
-  -- next spec starts.
-  function P.spec(specs, p, k, has)
+  -- The keys of the last call that had a penalty (their number, nset),
+  -- which reset clears.
+  local set, nset = {}, 0
+
+  -- spec reads key k's fmtPenalty at p, and returns where the next spec
+  -- starts. run calls it only for a key that has one, after reset: a key
+  -- with none costs the hot path nothing.
+  function P.spec(specs, p, k)
     pu[k], pl[k] = nil, nil
-    if not has then
-      pb[k] = nil
-      return p
-    end
+    nset = nset + 1
+    set[nset] = k
     pb[k], pe[k], pm[k], pf[k], p = struct.unpack('<dddd', specs, p)
     return p
+  end
+
+  -- reset clears what the last call read of its keys with a penalty, once
+  -- per call, before spec.
+  function P.reset()
+    for i = 1, nset do
+      local k = set[i]
+      pb[k], pu[k], pl[k] = nil, nil, nil
+    end
+    nset = 0
   end
 
   -- load reads key k's state, once per call.

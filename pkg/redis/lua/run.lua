@@ -57,19 +57,22 @@ end
 -- for N > 1 sub-windows; the logs' N says whether entries are slots named
 -- by tokens), window and sub-windows (a calendar's bounds instead: its
 -- variant, fixed_calendar.lua), and clears what the call reads of its keys.
-local function readSpecs(specs, nk)
-  local p = 1
+-- It lists the keys whose algorithm parses its state from a string (pidx,
+-- pnames) for prefetch, and returns their number.
+local function readSpecs(KEYS, specs, nk)
+  local p, n = 1, 0
+  ALG.pen.reset()
   for k = 1, nk do
     local a, w, N
     a, w, N, p = sunpack(F_SPEC, specs, p)
     ox[k], dirty[k], mark[k] = 0, 0, 0
-    local pen = a ~= MARKER and a >= 64 -- fmtPenalty follows (penalty.lua)
-    if pen then
-      a = a - 64
-    end
     if a == MARKER then
       KA[k] = 0
     else
+      local pen = a >= 64 -- fmtPenalty follows (penalty.lua)
+      if pen then
+        a = a - 64
+      end
       local A = ALG[a]
       if not A then
         error('sluice: unknown algorithm ' .. a)
@@ -82,33 +85,34 @@ local function readSpecs(specs, nk)
         N = 1
       end
       KA[k], KW[k], KN[k] = A, w, N
-      p = ALG.pen.spec(specs, p, k, pen)
+      if pen then
+        p = ALG.pen.spec(specs, p, k)
+      end
+      if A.parse then
+        n = n + 1
+        pidx[n], pnames[n] = k, KEYS[k]
+      end
     end
   end
+  return n
 end
 
--- prefetch loads and rolls every key of the batch whose algorithm can parse
--- its state from a string, with one MGET per PREFETCH keys: a redis.call
--- costs about as much as the rest of a decision, so a batch pays one read
--- instead of one per counter. The keys it loads are not loaded again (ox).
+-- prefetch loads and rolls the n keys readSpecs listed, whose algorithm can
+-- parse its state from a string, with one MGET per PREFETCH keys: a
+-- redis.call costs about as much as the rest of a decision, so a batch pays
+-- one read instead of one per counter. The keys it loads are not loaded
+-- again (ox).
 local PREFETCH = 1000
-local function prefetch(KEYS, nk)
-  local n = 0
-  for k = 1, nk do
-    local A = KA[k]
-    if A ~= 0 and A.parse then
-      n = n + 1
-      pidx[n], pnames[n] = k, KEYS[k]
-    end
-  end
+local function prefetch(n)
   for from = 1, n, PREFETCH do
     local to = min(from + PREFETCH - 1, n)
     local vals = redis.call('MGET', unpack(pnames, from, to))
     for x = from, to do
       local k = pidx[x]
       local A, w, N = KA[k], KW[k], KN[k]
-      o1[k], o2[k], o3[k], ox[k] = A.parse(vals[x - from + 1], N, k)
-      s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+      local a, b, c, e = A.parse(vals[x - from + 1], N, k)
+      o1[k], o2[k], o3[k], ox[k] = a, b, c, e
+      s1[k], s2[k], s3[k] = A.roll(a, b, c, w, N)
     end
   end
 end
@@ -360,40 +364,28 @@ local function oneEntry(KEYS, prog, p)
   return p + Z_HITTAIL, spack(F_FIRSTSHORT, bit, bit, retry1, r, t)
 end
 
--- plainHits says whether the count hits of an apply entry at p are plain
--- (no flag, or only FL_CEILING) and on distinct counters: plainEntry's fast
--- path. It marks their keys -e (readHits marks e) and sets their flags
--- (hf), for plainEntry to read a class's capacity.
-local function plainHits(prog, p, count, e)
-  local h = 0
-  for q = p, p + Z_HIT * (count - 1), Z_HIT do
-    local k, fl = byte(prog, q) + 256 * byte(prog, q + 1), byte(prog, q + O_HITFLAGS)
-    if (fl ~= 0 and fl ~= FL_CEILING) or mark[k] == -e then
-      return false
-    end
-    mark[k] = -e
-    h = h + 1
-    hf[h] = fl
-  end
-  return true
-end
-
--- plainEntry decides an apply of count plain hits on distinct counters at p
--- with a short reply, as the general path decides it but without its
--- bookkeeping (per key growth, overdraw, quota, the pair before
--- consumption, undo tokens): the commonest entry. It returns where the next
--- entry starts and the reply's new length. In bench/script-cost.sh's steady
--- state with requests of 3 descriptors (HITS=3, 12 a call) the general path
--- costs Redis 16% more instructions a decision (223.7k against 193.5k).
-local function plainEntry(KEYS, prog, p, count, nout)
+-- plainEntry decides an apply of count plain hits (no flag, or only a
+-- pool's class's FL_CEILING) on distinct counters at p with a short reply,
+-- as the general path decides it but without its bookkeeping (per key
+-- growth, overdraw, quota, the pair before consumption, undo tokens): the
+-- commonest entry. It returns where the next entry starts and the reply's
+-- new length, or nothing, having changed no counter, for an entry that is
+-- not plain (its keys marked -e: readHits marks e). In bench/script-cost.sh's
+-- steady state with requests of 3 descriptors (HITS=3, 12 a call) the
+-- general path costs Redis 16% more instructions a decision (223.7k against
+-- 193.5k).
+local function plainEntry(KEYS, prog, p, count, nout, e)
   local admitted = true
   for h = 1, count do
-    local k, C
-    k, hL[h], hB[h], hn[h], p = sunpack(F_HITPLAIN, prog, p)
-    if hf[h] == FL_CEILING then
-      C = sunpack(F_HITCEILING, prog, p + O_HITCEILING)
+    local k, f, C, _
+    k, hL[h], hB[h], hn[h], f, _, C, _, p = sunpack(F_HIT, prog, p)
+    if (f ~= 0 and f ~= FL_CEILING) or mark[k] == -e then
+      return nil
     end
-    p = p + Z_HITREST
+    mark[k] = -e
+    if f == 0 then
+      C = nil
+    end
     hk[h], hC[h] = k, C
     if ox[k] == 0 then
       load(KEYS, k)
@@ -432,6 +424,26 @@ local function plainEntry(KEYS, prog, p, count, nout)
   return p, nout
 end
 
+-- general decides an apply or check entry e of count hits at p on the
+-- general path: read its hits, decide them, consume and report per
+-- counter, reply. It returns where the next entry starts and the reply's
+-- new length.
+local function general(KEYS, prog, p, count, e, kind, full, leased, nout)
+  local nek
+  nXU = 0
+  p, nek = readHits(KEYS, prog, p, count, e)
+  local admitted = decideHits(count)
+  if kind == K_APPLY then
+    ALG.pen.offend(KEYS, count) -- a check only reads
+  end
+  local consume = admitted and kind == K_APPLY
+  for x = 1, nek do
+    settleKey(KEYS, x, count, consume, full or not consume)
+  end
+  ALG.pen.report(count)
+  return p, replyHits(count, nek, admitted, full, leased, consume, nout)
+end
+
 -- The entry being decided, set by entries before it decides one: where it
 -- starts in the program, its number and the reply's length before it.
 local ep, ee, en = 1, 0, 1
@@ -458,22 +470,16 @@ local function entries(KEYS, prog, p, e, nout)
       -- 2 * FL_CEILING).
       nout = nout + 1
       p, out[nout] = oneEntry(KEYS, prog, p)
-    elseif kind == K_APPLY and not full and not leased and plainHits(prog, p, count, e) then
-      p, nout = plainEntry(KEYS, prog, p, count, nout)
     else
-      local nek
-      nXU = 0
-      p, nek = readHits(KEYS, prog, p, count, e)
-      local admitted = decideHits(count)
-      if kind == K_APPLY then
-        ALG.pen.offend(KEYS, count) -- a check only reads
+      local q, n
+      if kind == K_APPLY and not full and not leased then
+        q, n = plainEntry(KEYS, prog, p, count, nout, e)
       end
-      local consume = admitted and kind == K_APPLY
-      for x = 1, nek do
-        settleKey(KEYS, x, count, consume, full or not consume)
+      if q then
+        p, nout = q, n
+      else
+        p, nout = general(KEYS, prog, p, count, e, kind, full, leased, nout)
       end
-      ALG.pen.report(count)
-      nout = replyHits(count, nek, admitted, full, leased, consume, nout)
     end
   end
   return nout
@@ -506,8 +512,7 @@ local function run(KEYS, ARGV)
   end
   clock(ARGV[1])
   local nk = #KEYS
-  readSpecs(ARGV[2], nk)
-  prefetch(KEYS, nk)
+  prefetch(readSpecs(KEYS, ARGV[2], nk))
   local prog = ARGV[3]
   out[1] = spack(F_NOW, now)
   local e, nout, p = 0, 1, 1

@@ -83,12 +83,13 @@ end
 -- what it was when the string was read or built, and the hits since are
 -- what the total gained since (nothing else changes the total at at0).
 -- The last string's head is kept, and each key's stored string's head as
--- parse read it (HV, HA, HT, HC: string, at0, total, cur), for subHit and
--- store, which read it per key, several keys apart.
+-- parse read it, or as subHit built it (HV, HA, HT, HC, HW: string, at0,
+-- total, cur, W), for subHit and store, which read it per key, several
+-- keys apart.
 local subHead, subParse, subLoad, subHit, subStore, subNewest
 do -- (in a block: the chunk has at most 200 locals at once)
   local hv, ha0, ht0, hcur, hW -- the last head read, and its string
-  local HV, HA, HT, HC = {}, {}, {}, {}
+  local HV, HA, HT, HC, HW = {}, {}, {}, {}, {}
   function subHead(v, at, total)
     if v ~= hv then -- a string is interned: == compares pointers
       hv, ha0, ht0, hcur, hW = v, sunpack('<dddB', v, #v - 25)
@@ -115,7 +116,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
       return 0, 0, '', true
     end
     local at, total, cur = sunpack('<ddd', v, n - 25)
-    HV[k], HA[k], HT[k], HC[k] = v, at, total, cur
+    HV[k], HA[k], HT[k], HC[k], HW[k] = v, at, total, cur, W
     return at, total, v, true
   end
 
@@ -124,20 +125,41 @@ do -- (in a block: the chunk has at most 200 locals at once)
   end
 
   -- subHit decides, consumes and reports a plain hit of n on key k (limit L,
-  -- or C for a pool's class; the burst unused) on the commonest path: admitted, in its stored
-  -- string's own sub-window, which holds hits already. It returns remaining
-  -- and reset as decide, consume and report give them, from the head parse
-  -- read, or nothing, having changed nothing, for any other case (the
-  -- general path's).
+  -- or C for a pool's class; the burst unused) on the commonest paths:
+  -- admitted, in its stored string's own sub-window, which holds hits
+  -- already (changed in place), or the first hit of a later one (subRoll
+  -- left the string stale: a new string, subConsume's, whose head it keeps
+  -- for store). It returns remaining and reset as decide, consume and
+  -- report give them, from the head parse read, or nothing, having changed
+  -- nothing, for any other case (the general path's).
   function subHit(k, L, n, _, C)
     local at, v, total = s1[k], s3[k], s2[k]
     local t = total + n
     L = C or L
-    if v ~= HV[k] or at ~= HA[k] or t > L or t > MAX or HC[k] + (total - HT[k]) == 0 then
+    if v ~= HV[k] or t > L or t > MAX or n == 0 then
+      return nil
+    end
+    local at0, N = HA[k], KN[k]
+    if at ~= at0 then
+      local W, cur0 = HW[k], HC[k]
+      if cur0 >= 256 ^ W then
+        return nil -- wider slots: subConsume's rare path
+      end
+      local d = at - at0
+      salt = (salt + 1) % 256
+      local f = subShift(W, N, d)
+      if d == 1 then
+        v = spack(f, cur0, v, at, t, n, W, salt)
+      elseif d < N then
+        v = spack(f, SUBZERO, cur0, v, at, t, n, W, salt)
+      else
+        v = spack(f, SUBZERO, cur0, at, t, n, W, salt)
+      end
+      s3[k], HV[k], HA[k], HT[k], HC[k] = v, v, at, t, n
+    elseif HC[k] + (total - HT[k]) == 0 then
       return nil
     end
     s2[k], dirty[k] = t, true
-    local N = KN[k]
     local s = KW[k] / N
     local e = now - at * s
     if e < 0 then
@@ -149,7 +171,8 @@ do -- (in a block: the chunk has at most 200 locals at once)
   -- store: the TTL is when the newest sub-window holding hits leaves the
   -- estimate (limiter's subExpires). A string consume kept (subHead) changed
   -- at most its total and cur, in place, its TTL unchanged: one SETRANGE of
-  -- those 16 bytes, no string of the whole counter made.
+  -- those 16 bytes, no string of the whole counter made. A string subHit
+  -- built is written whole, its newest sub-window its own.
   function subStore(key, w, N, at, total, v, oat, ototal, ov, exists, k)
     if v == ov then
       if total ~= ototal and at == oat then
@@ -169,21 +192,39 @@ do -- (in a block: the chunk has at most 200 locals at once)
       end
       return
     end
-    local at0, cur, W, t0 = subHead(v, at, total)
-    if at0 == at and t0 ~= total then
-      -- Built by one entry of the call, then changed in place by another.
-      salt = (salt + 1) % 256
-      v = spack(subSame(W, N), v, at, total, cur, W, salt)
+    local newest
+    if v == HV[k] and at == HA[k] then
+      local W, t0 = HW[k], HT[k]
+      local cur = HC[k] + (total - t0)
+      if t0 ~= total then
+        salt = (salt + 1) % 256
+        v = spack(subSame(W, N), v, at, total, cur, W, salt)
+      end
+      newest = cur ~= 0 and at or nil
+    else
+      local at0, cur, W, t0 = subHead(v, at, total)
+      if at0 == at and t0 ~= total then
+        -- Built by one entry of the call, then changed in place by another.
+        salt = (salt + 1) % 256
+        v = spack(subSame(W, N), v, at, total, cur, W, salt)
+      end
     end
-    redis.call('SET', key, v, 'PX', fmt('%d', (subNewest(v, N, at, total) + N + 1) * (w / N) - now))
+    newest = newest or subNewest(v, N, at, total)
+    redis.call('SET', key, v, 'PX', fmt('%d', (newest + N + 1) * (w / N) - now))
   end
 
 end
 
 -- roll moves the state to sub-window j: the total loses the slots that
--- left the estimate (older than j - N); the string stays as it is.
+-- left the estimate (older than j - N); the string stays as it is. The
+-- last j is kept with what it was computed from, as a call's counters
+-- mostly share their window and sub-windows.
+local rnow, rw, rN, rj = -1, 0, 0, 0
 local function subRoll(at, total, v, w, N)
-  local j = idiv(now, w / N)
+  if now ~= rnow or w ~= rw or N ~= rN then
+    rnow, rw, rN, rj = now, w, N, idiv(now, w / N)
+  end
+  local j = rj
   if at == j or (at > j and total ~= 0) then
     return at, total, v
   elseif total == 0 or at > j or j - at > N then
@@ -379,7 +420,6 @@ local function subReport(at, total, v, w, L, allowed, _, N, C)
   return r, reset
 end
 
-
 -- undo subtracts delta from sub-window idx while the estimate counts it,
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
 -- decodes and encodes every slot.
@@ -401,7 +441,6 @@ local function subUndo(_, at, total, v, _, N, idx, delta)
   end
   return at, total, subEncode(at, total, cs, N), 1
 end
-
 
 register('sliding_window', { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide,
   consume = subConsume, report = subReport, store = subStore, undo = subUndo, hit = subHit, fits = true,
