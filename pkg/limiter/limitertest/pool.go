@@ -27,7 +27,7 @@ func class(pool limiter.Limit, ceiling uint16) limiter.Limit {
 }
 
 // testPoolClassesUnderOverload offers, for 10 s of the store's clock in
-// steps of 10 ms, default 2,000 a second and critical 150 a second, each
+// steps of 10 ms (longer when real time outruns them), default 2,000 a second and critical 150 a second, each
 // step's requests sent at once from several callers in random order:
 // critical is admitted for at least 99% of what it offered, default while
 // the pool (critical included) is within default's ceiling, so default and
@@ -38,34 +38,48 @@ func testPoolClassesUnderOverload(t *testing.T, e *env) {
 	def, crit := class(pool, defaultCeiling), class(pool, criticalCeiling)
 	key := e.key("checkout_db")
 	const (
-		callers = 4
-		stepMs  = 10
-		steps   = 10_000 / stepMs
+		callers   = 4
+		step      = 10 * time.Millisecond
+		length    = 10 * time.Second
+		defRate   = 2_000 // a second of the store's clock
+		critRate  = 150
+		perSecond = float64(time.Second)
 	)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 29))
 	var admitted []int64 // Unix ms of every admitted hit
 	offered, got := map[uint16]int{}, map[uint16]int{}
-	for step := range steps {
-		// 20 default, and 1 or 2 critical (1.5 on average), per 10 ms step.
+	// The clock keeps up with real time (keepUp): Redis expires counters in
+	// real time, so a step that took longer than the clock moved would lose
+	// the counter's hits and admit them again. Each step offers the rates'
+	// share of the time the clock moved since the last one, so the offered
+	// rates stay 2,000 and 150 a second of the store's clock either way.
+	start := e.clk.Now()
+	last, owedDef, owedCrit := start.Add(-step), 0.0, 0.0
+	for now := start; now.Before(start.Add(length)); now = e.clk.Now() {
+		dt := float64(now.Sub(last)) / perSecond
+		last = now
+		owedDef += defRate * dt
+		owedCrit += critRate * dt
 		var reqs []limiter.Limit
-		for range 2_000 * stepMs / 1000 {
+		for ; owedDef >= 1; owedDef-- {
 			reqs = append(reqs, def)
 		}
-		for range 1 + (step+1)%2 {
+		for ; owedCrit >= 1; owedCrit-- {
 			reqs = append(reqs, crit)
 		}
 		r.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
-		now := e.clk.Now().UnixMilli()
 		ok := sendAll(t, e.store, key, reqs, callers)
 		for i, l := range reqs {
 			offered[l.Ceiling]++
 			if ok[i] {
 				got[l.Ceiling]++
-				admitted = append(admitted, now)
+				admitted = append(admitted, now.UnixMilli())
 			}
 		}
-		e.clk.Advance(ms(stepMs))
+		e.clk.Advance(step)
+		e.keepUp()
 	}
+	seconds := float64(e.clk.Now().Sub(start)) / perSecond
 	t.Logf("critical %d of %d admitted, default %d of %d", got[criticalCeiling], offered[criticalCeiling], got[defaultCeiling], offered[defaultCeiling])
 	if c, o := got[criticalCeiling], offered[criticalCeiling]; float64(c) < 0.99*float64(o) {
 		t.Errorf("critical admitted %d of %d offered, want at least 99%%", c, o)
@@ -74,7 +88,7 @@ func testPoolClassesUnderOverload(t *testing.T, e *env) {
 	// within 800: default and critical together fill about 800 a second
 	// (critical a little more, in the reserve above), so default alone
 	// about 800 - 150.
-	d, both := float64(got[defaultCeiling])/10, float64(got[defaultCeiling]+got[criticalCeiling])/10
+	d, both := float64(got[defaultCeiling])/seconds, float64(got[defaultCeiling]+got[criticalCeiling])/seconds
 	if both < 760 || both > 840 || d < 600 || d > 690 {
 		t.Errorf("default admitted %.0f a second, with critical %.0f; want about 650, with critical about 800", d, both)
 	}
