@@ -48,7 +48,11 @@ type Report struct {
 	Unknown           int64            `json:"unknown"` // overall_code UNKNOWN
 	Errors            map[string]int64 `json:"errors"`  // by gRPC code name
 	ErrorTotal        int64            `json:"error_total"`
-	Latency           Latency          `json:"latency_us"`
+	// ErrorKinds counts the errors by code and message, runs of digits
+	// masked as "#" (each worker keeps at most maxErrorKinds kinds; the
+	// rest are in Errors only): what the server said went wrong, and where.
+	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
+	Latency    Latency          `json:"latency_us"`
 }
 
 // Latency is the call latency distribution in microseconds: from the call's
@@ -86,6 +90,12 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 		for c, n := range w.t.errs {
 			r.Errors[c.String()] += n
 			r.ErrorTotal += n
+		}
+		for k, n := range w.t.msgs {
+			if r.ErrorKinds == nil {
+				r.ErrorKinds = map[string]int64{}
+			}
+			r.ErrorKinds[k] += n
 		}
 		h.merge(&w.t.lat)
 	}
@@ -125,6 +135,9 @@ func (r *Report) writeText(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %d", c, r.Errors[c]))
 		}
 		fmt.Fprintf(w, "errors      %.0f/s, not decisions: %s\n", r.ErrorsPerSec, strings.Join(parts, ", "))
+		for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
+			fmt.Fprintf(w, "            %d x %s\n", r.ErrorKinds[k], k)
+		}
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "latency µs  p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f  (min %.0f, mean %.0f)\n",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 type tally struct {
 	ok, over, unknown int64
 	errs              map[codes.Code]int64
+	msgs              map[string]int64 // errors by code and message, digits masked (see errorKind)
 	lat               hist
 }
 
@@ -48,6 +50,7 @@ func newWorker(o *options, client rlsv3.RateLimitServiceClient, id int) *worker 
 		})
 	}
 	w.t.errs = map[codes.Code]int64{}
+	w.t.msgs = map[string]int64{}
 	return w
 }
 
@@ -92,6 +95,9 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 			return // the run ended during the call: not a server error
 		}
 		w.t.errs[status.Code(err)]++
+		if k := errorKind(err); w.t.msgs[k] > 0 || len(w.t.msgs) < maxErrorKinds {
+			w.t.msgs[k]++
+		}
 	} else {
 		switch resp.GetOverallCode() {
 		case rlsv3.RateLimitResponse_OK:
@@ -103,6 +109,33 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 		}
 	}
 	w.t.lat.record(lat)
+}
+
+// maxErrorKinds bounds the distinct error messages a worker keeps: a server
+// that puts ever-changing text in its errors must not grow the report.
+const maxErrorKinds = 16
+
+// errorKind is err's code and message with every run of digits replaced by
+// "#", so that errors of one cause (whose messages differ in durations or
+// counts) are counted together and say where they came from.
+func errorKind(err error) string {
+	st := status.Convert(err)
+	var b strings.Builder
+	b.WriteString(st.Code().String())
+	b.WriteString(": ")
+	digits := false
+	for _, r := range st.Message() {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // run dials o.Connections connections, drives the load and returns the
