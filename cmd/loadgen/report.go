@@ -53,6 +53,16 @@ type Report struct {
 	// rest are in Errors only): what the server said went wrong, and where.
 	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
 	Latency    Latency          `json:"latency_us"`
+	// PerSecond (with -per-second) is the measured calls by the second of
+	// the measured run in which they ended: PerSecond[i] from i to i+1 s.
+	PerSecond []Second `json:"per_second,omitempty"`
+}
+
+// Second is what the calls that ended in one second of the run got.
+type Second struct {
+	OK        int64 `json:"ok"`
+	OverLimit int64 `json:"over_limit"`
+	Errors    int64 `json:"errors"`
 }
 
 // Latency is the call latency distribution in microseconds: from the call's
@@ -98,6 +108,14 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 			r.ErrorKinds[k] += n
 		}
 		h.merge(&w.t.lat)
+		for len(r.PerSecond) < len(w.t.secs) {
+			r.PerSecond = append(r.PerSecond, Second{})
+		}
+		for i, c := range w.t.secs {
+			r.PerSecond[i].OK += c.OK
+			r.PerSecond[i].OverLimit += c.OverLimit
+			r.PerSecond[i].Errors += c.Errors
+		}
 	}
 	r.Decisions = r.OK + r.OverLimit + r.Unknown
 	r.Requests = r.Decisions + r.ErrorTotal

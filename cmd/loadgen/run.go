@@ -23,6 +23,7 @@ type tally struct {
 	ok, over, unknown int64
 	errs              map[codes.Code]int64
 	msgs              map[string]int64 // errors by code and message, digits masked (see errorKind)
+	secs              []Second         // with -per-second: outcomes by second of the measured run
 	lat               hist
 }
 
@@ -86,15 +87,27 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.o.CallTimeout)
 	resp, err := w.client.ShouldRateLimit(cctx, w.req)
 	cancel()
-	lat := time.Since(due)
+	done := time.Now()
+	lat := done.Sub(due)
 	if !measure {
 		return
+	}
+	var sec *Second
+	if w.o.PerSecond {
+		i := max(int(done.Sub(w.o.measureFrom)/time.Second), 0)
+		for len(w.t.secs) <= i {
+			w.t.secs = append(w.t.secs, Second{})
+		}
+		sec = &w.t.secs[i]
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the run ended during the call: not a server error
 		}
 		w.t.errs[status.Code(err)]++
+		if sec != nil {
+			sec.Errors++
+		}
 		if k := errorKind(err); w.t.msgs[k] > 0 || len(w.t.msgs) < maxErrorKinds {
 			w.t.msgs[k]++
 		}
@@ -102,8 +115,14 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 		switch resp.GetOverallCode() {
 		case rlsv3.RateLimitResponse_OK:
 			w.t.ok++
+			if sec != nil {
+				sec.OK++
+			}
 		case rlsv3.RateLimitResponse_OVER_LIMIT:
 			w.t.over++
+			if sec != nil {
+				sec.OverLimit++
+			}
 		default:
 			w.t.unknown++
 		}
@@ -155,6 +174,7 @@ func run(ctx context.Context, o *options) (*Report, error) {
 
 	start := time.Now()
 	measureFrom := start.Add(o.Warmup)
+	o.measureFrom = measureFrom
 	rctx, cancel := context.WithDeadline(ctx, measureFrom.Add(o.Duration))
 	defer cancel()
 	// sctx stops issuing new requests (at the deadline, or once -requests
