@@ -26,6 +26,9 @@ type Report struct {
 	HitsAddend  uint64  `json:"hits_addend,omitempty"`
 	WarmupSec   float64 `json:"warmup_s"`
 	ElapsedSec  float64 `json:"elapsed_s"` // measured wall time
+	// MeasuredFrom is when the measured run began, Unix seconds: the
+	// origin of PerSecond.
+	MeasuredFrom float64 `json:"measured_from_unix"`
 	// CallTimeoutMS is each call's gRPC deadline; the calls that ended
 	// past it are Errors["DeadlineExceeded"].
 	CallTimeoutMS float64 `json:"call_timeout_ms"`
@@ -84,7 +87,7 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 		Target: o.Target, Mode: "closed", Concurrency: o.Concurrency, Connections: o.Connections,
 		Descriptors: o.Descriptors, Keys: o.Keys, Skew: o.Skew, OverShare: o.OverShare,
 		Domain: o.Domain, HitsAddend: o.HitsAddend, WarmupSec: o.Warmup.Seconds(),
-		ElapsedSec: elapsed.Seconds(), CallTimeoutMS: float64(o.CallTimeout) / float64(time.Millisecond), Errors: map[string]int64{},
+		ElapsedSec: elapsed.Seconds(), MeasuredFrom: float64(o.measureFrom.UnixNano()) / 1e9, CallTimeoutMS: float64(o.CallTimeout) / float64(time.Millisecond), Errors: map[string]int64{},
 	}
 	if o.Rate > 0 {
 		r.Mode, r.Rate = "open", o.Rate
