@@ -220,7 +220,7 @@ func (s *Settings) decisionTable() []setting {
 		{"sub-windows", fmt.Sprintf("sub_windows of every sliding_window limit that sets none, 1 to %d (each dividing its window into whole milliseconds)", limiter.MaxSubWindows), strconv.Itoa(limiter.DefaultSubWindows), &s.SubWindows},
 		{"token-bucket-burst", "burst of every token_bucket limit that sets none, as a share of its requests_per_unit (rounded up): 100% holds one window's worth, 200% two", "100%", &s.TokenBucketBurst},
 		{"overlay", "policy overlay: a YAML file or directory (watched) in the config format, selecting rules of the config in force by domain and descriptor patterns and setting what a RateLimitConfig cannot carry (algorithm, rate_limits, classes, failure_mode, ...)", "", &s.Overlay},
-		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 5ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
+		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 100ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
 	}
 }
 
