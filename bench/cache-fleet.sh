@@ -21,7 +21,8 @@
 # (ceil(LIMIT/3): the fleet admits at most LIMIT + 2 in the outage's
 # window), the errors by code in the outage, and, with local, how long
 # after SIGCONT each instance was back on Redis (its
-# sluice_local_since_seconds read back 0, polled every 50 ms). CACHE
+# sluice_local_since_seconds read back 0, polled every 50 ms from a second
+# before SIGCONT: printed as an interval, as a poll takes time). CACHE
 # (false) is --cache in the outage runs, which run with
 # --over-limit-cache=false: the limit is spent in the first second, and
 # the over-limit cache would answer the whole outage from memory.
@@ -142,35 +143,39 @@ for fm in $MODES; do
 	sleep "$HEALTHY"
 	stop_at=$(date +%s.%N)
 	kill -STOP "$(cat "$tmp/redis.pid")"
-	sleep "$OUTAGE"
-	kill -CONT "$(cat "$tmp/redis.pid")"
-	cont_ns=$(date +%s%N)
-	cont_at=$(date +%s.%N)
-	# Each instance polled on its own, every 50 ms for at most 10 s.
+	# Each instance's sluice_local_since_seconds is polled, from a second
+	# before SIGCONT, every 50 ms: each poll's start, end and value go to
+	# $tmp/poll<i>, until a poll begun after SIGCONT reads 0 (10 s at most).
+	sleep "$((OUTAGE > 1 ? OUTAGE - 1 : 0))"
+	rm -f "$tmp/cont"
 	polls=()
 	for i in 0 1 2; do
+		if [ "$fm" != local ]; then continue; fi
 		(
-			# "back" is between the start of the last poll that saw the
-			# local mode and the end of the first that saw it over (ms
-			# after SIGCONT): "-" when the first poll saw it over already.
-			b=-1 prev=-
-			if [ "$fm" = local ]; then
-				for _ in $(seq 200); do
-					t=$((($(date +%s%N) - cont_ns) / 1000000))
-					if [ "$(metric "${https[$i]}" sluice_local_since_seconds)" = 0 ]; then
-						b="$prev..$((($(date +%s%N) - cont_ns) / 1000000))"
-						break
-					fi
-					prev=$t
-					sleep 0.05
-				done
-			fi
-			echo "$b" >"$tmp/back$i"
+			: >"$tmp/poll$i"
+			for _ in $(seq 240); do
+				t0=$(date +%s%N)
+				v=$(metric "${https[$i]}" sluice_local_since_seconds)
+				echo "$t0 $(date +%s%N) $v" >>"$tmp/poll$i"
+				if [ "$v" = 0 ] && [ -f "$tmp/cont" ] && [ "$t0" -ge "$(cat "$tmp/cont")" ]; then break; fi
+				sleep 0.05
+			done
 		) &
 		polls+=($!)
 	done
+	sleep "$((OUTAGE > 1 ? 1 : OUTAGE))"
+	kill -CONT "$(cat "$tmp/redis.pid")"
+	cont_at=$(date +%s.%N)
+	echo "${cont_at/./}" | cut -c1-19 >"$tmp/cont"
 	wait "${lpids[@]}" "${polls[@]}"
-	back=("$(cat "$tmp/back0")" "$(cat "$tmp/back1")" "$(cat "$tmp/back2")")
+	back=()
+	for i in 0 1 2; do
+		# Back on Redis between the start of the last poll that still saw
+		# the local mode and the end of the first begun after SIGCONT that
+		# saw it over, in ms after SIGCONT.
+		back+=("$(awk -v c="$(cat "$tmp/cont")" '$3 != 0 {lo = ($1 - c) / 1e6} $3 == 0 && $1 >= c && !hi {hi = ($2 - c) / 1e6}
+			END {if (hi == "") print -1; else printf "%s..%.0f", (lo == "" ? "-" : sprintf("%.0f", lo)), hi}' "$tmp/poll$i" 2>/dev/null || echo -1)")
+	done
 	stopfleet
 	python3 - "$fm" "$LIMIT" "$stop_at" "$cont_at" "${back[*]}" "$tmp"/run{0,1,2}.json <<'PY'
 import json, math, sys
@@ -188,7 +193,7 @@ for i, p in enumerate(paths):
     b = back[i] if i < len(back) else "-"
     print(f"failure_mode={fm} instance {i}: outage {cont - stop:.1f} s (seconds {first}..{last}): {ok} admitted (share {share}), "
           f"{over} over the limit, {err} errors {r.get('errors') or {}}; back on Redis "
-          f"{'-' if b == '-1' else b + ' ms'} after SIGCONT; whole run {r['requests']} calls, {r['ok']} admitted")
+          f"{'-' if b == '-1' else 'in (' + b.replace('..', ', ') + '] ms'} after SIGCONT; whole run {r['requests']} calls, {r['ok']} admitted")
 print(f"failure_mode={fm}: fleet admitted {total_ok} in the outage (bound L + N - 1 = {limit + 2}), {total_err} errors")
 PY
 done
