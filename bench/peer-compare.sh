@@ -180,8 +180,10 @@ redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --daemon
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	[ -f "$tmp/redis.pid" ] && kill "$(cat "$tmp/redis.pid")" 2>/dev/null || true
-	rm -rf "$tmp"
+	# Redis may still be writing its log as it exits.
+	rm -rf "$tmp" 2>/dev/null || { sleep 0.5; rm -rf "$tmp" || true; }
 }
 trap cleanup EXIT
 for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
