@@ -67,6 +67,8 @@ type options struct {
 	HitsAddend  uint64 // request-level hits_addend; 0 leaves it unset (1)
 	Seed        uint64
 	JSON        bool
+	PerSecond   bool      // report outcomes by second of the measured run
+	measureFrom time.Time // start of the measured run, set by run
 }
 
 func main() {
@@ -128,6 +130,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&o.HitsAddend, "hits-addend", 0, "request hits_addend (0 = unset, which the server counts as 1)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random seed of the key choices")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&o.PerSecond, "per-second", false, "report the measured calls' outcomes by second of the run (JSON: per_second)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: loadgen [flags]")
 		fs.PrintDefaults()

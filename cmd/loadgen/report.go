@@ -26,6 +26,9 @@ type Report struct {
 	HitsAddend  uint64  `json:"hits_addend,omitempty"`
 	WarmupSec   float64 `json:"warmup_s"`
 	ElapsedSec  float64 `json:"elapsed_s"` // measured wall time
+	// MeasuredFrom is when the measured run began, Unix seconds: the
+	// origin of PerSecond.
+	MeasuredFrom float64 `json:"measured_from_unix"`
 	// CallTimeoutMS is each call's gRPC deadline; the calls that ended
 	// past it are Errors["DeadlineExceeded"].
 	CallTimeoutMS float64 `json:"call_timeout_ms"`
@@ -48,7 +51,21 @@ type Report struct {
 	Unknown           int64            `json:"unknown"` // overall_code UNKNOWN
 	Errors            map[string]int64 `json:"errors"`  // by gRPC code name
 	ErrorTotal        int64            `json:"error_total"`
-	Latency           Latency          `json:"latency_us"`
+	// ErrorKinds counts the errors by code and message, runs of digits
+	// masked as "#" (each worker keeps at most maxErrorKinds kinds; the
+	// rest are in Errors only): what the server said went wrong, and where.
+	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
+	Latency    Latency          `json:"latency_us"`
+	// PerSecond (with -per-second) is the measured calls by the second of
+	// the measured run in which they ended: PerSecond[i] from i to i+1 s.
+	PerSecond []Second `json:"per_second,omitempty"`
+}
+
+// Second is what the calls that ended in one second of the run got.
+type Second struct {
+	OK        int64 `json:"ok"`
+	OverLimit int64 `json:"over_limit"`
+	Errors    int64 `json:"errors"`
 }
 
 // Latency is the call latency distribution in microseconds: from the call's
@@ -70,7 +87,7 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 		Target: o.Target, Mode: "closed", Concurrency: o.Concurrency, Connections: o.Connections,
 		Descriptors: o.Descriptors, Keys: o.Keys, Skew: o.Skew, OverShare: o.OverShare,
 		Domain: o.Domain, HitsAddend: o.HitsAddend, WarmupSec: o.Warmup.Seconds(),
-		ElapsedSec: elapsed.Seconds(), CallTimeoutMS: float64(o.CallTimeout) / float64(time.Millisecond), Errors: map[string]int64{},
+		ElapsedSec: elapsed.Seconds(), MeasuredFrom: float64(o.measureFrom.UnixNano()) / 1e9, CallTimeoutMS: float64(o.CallTimeout) / float64(time.Millisecond), Errors: map[string]int64{},
 	}
 	if o.Rate > 0 {
 		r.Mode, r.Rate = "open", o.Rate
@@ -87,7 +104,21 @@ func newReport(o *options, workers []*worker, elapsed time.Duration) *Report {
 			r.Errors[c.String()] += n
 			r.ErrorTotal += n
 		}
+		for k, n := range w.t.msgs {
+			if r.ErrorKinds == nil {
+				r.ErrorKinds = map[string]int64{}
+			}
+			r.ErrorKinds[k] += n
+		}
 		h.merge(&w.t.lat)
+		for len(r.PerSecond) < len(w.t.secs) {
+			r.PerSecond = append(r.PerSecond, Second{})
+		}
+		for i, c := range w.t.secs {
+			r.PerSecond[i].OK += c.OK
+			r.PerSecond[i].OverLimit += c.OverLimit
+			r.PerSecond[i].Errors += c.Errors
+		}
 	}
 	r.Decisions = r.OK + r.OverLimit + r.Unknown
 	r.Requests = r.Decisions + r.ErrorTotal
@@ -125,6 +156,9 @@ func (r *Report) writeText(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %d", c, r.Errors[c]))
 		}
 		fmt.Fprintf(w, "errors      %.0f/s, not decisions: %s\n", r.ErrorsPerSec, strings.Join(parts, ", "))
+		for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
+			fmt.Fprintf(w, "            %d x %s\n", r.ErrorKinds[k], k)
+		}
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "latency µs  p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f  (min %.0f, mean %.0f)\n",

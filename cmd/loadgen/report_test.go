@@ -102,3 +102,39 @@ func TestFailingServerMakesFewDecisions(t *testing.T) {
 		t.Errorf("errors/s %.1f over %.3f s makes %.1f, want the %d errors", r.ErrorsPerSec, r.ElapsedSec, got, r.ErrorTotal)
 	}
 }
+
+// TestReportCountsErrorKinds checks that errors are also counted by code and
+// message with digits masked, so that a run's errors say where they came
+// from (a store timeout, a shed call) while messages that differ only in a
+// duration count together.
+func TestReportCountsErrorKinds(t *testing.T) {
+	w := newWorker(&options{Descriptors: 1, EntryKeys: []string{"d0"}, Keys: 1, Skew: "uniform"}, nil, 0)
+	w.t.lat.record(time.Millisecond)
+	for _, err := range []error{
+		status.Error(codes.Unavailable, "redis: not sent to redis: the deadline leaves 1.2ms, less than a round trip (3ms)"),
+		status.Error(codes.Unavailable, "redis: not sent to redis: the deadline leaves 15µs, less than a round trip (350µs)"),
+		status.Error(codes.DeadlineExceeded, "context deadline exceeded"),
+	} {
+		w.t.errs[status.Code(err)]++
+		w.t.msgs[errorKind(err)]++
+	}
+	r := newReport(&options{Descriptors: 1}, []*worker{w}, time.Second)
+	want := map[string]int64{
+		"Unavailable: redis: not sent to redis: the deadline leaves #.#ms, less than a round trip (#ms)": 1,
+		"Unavailable: redis: not sent to redis: the deadline leaves #µs, less than a round trip (#µs)":   1,
+		"DeadlineExceeded: context deadline exceeded":                                                    1,
+	}
+	if len(r.ErrorKinds) != len(want) {
+		t.Errorf("error kinds %v; want %v", r.ErrorKinds, want)
+	}
+	for k, n := range want {
+		if r.ErrorKinds[k] != n {
+			t.Errorf("error kind %q counted %d; want %d (all: %v)", k, r.ErrorKinds[k], n, r.ErrorKinds)
+		}
+	}
+	var text bytes.Buffer
+	r.writeText(&text)
+	if !strings.Contains(text.String(), "            1 x DeadlineExceeded: context deadline exceeded\n") {
+		t.Errorf("report text lacks the error kinds:\n%s", text.String())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ import (
 type tally struct {
 	ok, over, unknown int64
 	errs              map[codes.Code]int64
+	msgs              map[string]int64 // errors by code and message, digits masked (see errorKind)
+	secs              []Second         // with -per-second: outcomes by second of the measured run
 	lat               hist
 }
 
@@ -48,6 +51,7 @@ func newWorker(o *options, client rlsv3.RateLimitServiceClient, id int) *worker 
 		})
 	}
 	w.t.errs = map[codes.Code]int64{}
+	w.t.msgs = map[string]int64{}
 	return w
 }
 
@@ -83,26 +87,74 @@ func (w *worker) call(ctx context.Context, due time.Time, measure bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.o.CallTimeout)
 	resp, err := w.client.ShouldRateLimit(cctx, w.req)
 	cancel()
-	lat := time.Since(due)
+	done := time.Now()
+	lat := done.Sub(due)
 	if !measure {
 		return
+	}
+	var sec *Second
+	if w.o.PerSecond {
+		i := max(int(done.Sub(w.o.measureFrom)/time.Second), 0)
+		for len(w.t.secs) <= i {
+			w.t.secs = append(w.t.secs, Second{})
+		}
+		sec = &w.t.secs[i]
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the run ended during the call: not a server error
 		}
 		w.t.errs[status.Code(err)]++
+		if sec != nil {
+			sec.Errors++
+		}
+		if k := errorKind(err); w.t.msgs[k] > 0 || len(w.t.msgs) < maxErrorKinds {
+			w.t.msgs[k]++
+		}
 	} else {
 		switch resp.GetOverallCode() {
 		case rlsv3.RateLimitResponse_OK:
 			w.t.ok++
+			if sec != nil {
+				sec.OK++
+			}
 		case rlsv3.RateLimitResponse_OVER_LIMIT:
 			w.t.over++
+			if sec != nil {
+				sec.OverLimit++
+			}
 		default:
 			w.t.unknown++
 		}
 	}
 	w.t.lat.record(lat)
+}
+
+// maxErrorKinds bounds the distinct error messages a worker keeps: a server
+// that puts ever-changing text in its errors must not grow the report.
+const maxErrorKinds = 16
+
+// errorKind is err's code and message with every run of digits replaced by
+// "#", so that errors of one cause (whose messages differ in durations or
+// counts) are counted together and say where they came from.
+func errorKind(err error) string {
+	st := status.Convert(err)
+	var b strings.Builder
+	b.WriteString(st.Code().String())
+	b.WriteString(": ")
+	digits := false
+	for _, r := range st.Message() {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // run dials o.Connections connections, drives the load and returns the
@@ -122,6 +174,7 @@ func run(ctx context.Context, o *options) (*Report, error) {
 
 	start := time.Now()
 	measureFrom := start.Add(o.Warmup)
+	o.measureFrom = measureFrom
 	rctx, cancel := context.WithDeadline(ctx, measureFrom.Add(o.Duration))
 	defer cancel()
 	// sctx stops issuing new requests (at the deadline, or once -requests

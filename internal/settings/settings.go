@@ -185,7 +185,7 @@ func (s *Settings) redisTable() []setting {
 		{"redis-lease-rate", "decisions per second on one counter at one instance from which the instance leases blocks of permits for it from Redis and spends them locally (hot keys; the fleet still never admits more than the limit); 0 turns leases off", strconv.Itoa(redis.DefaultLeaseRate), &s.RedisLeaseRate},
 		{"redis-lease-span", "how much of a hot counter's traffic at this instance one lease asks for (the script grants at most half of what remains); a longer span saves calls but lets one instance hold more of the limit, up to 1s", durationText(redis.DefaultLeaseSpan), &s.RedisLeaseSpan},
 		{"redis-dial-timeout", "timeout to open one Redis connection", durationText(redis.DefaultDialTimeout), &s.RedisDial},
-		{"redis-read-timeout", "timeout of one Redis socket read (so also the longest a --store-timeout can wait for Redis)", durationText(redis.DefaultReadTimeout), &s.RedisRead},
+		{"redis-read-timeout", "timeout of one Redis socket read, a backstop for a command with no deadline of its own (a decision's call ends at its budget, the caller's deadline or --store-timeout; a shorter read timeout cuts that budget)", durationText(redis.DefaultReadTimeout), &s.RedisRead},
 		{"redis-write-timeout", "timeout of one Redis socket write", durationText(redis.DefaultWriteTimeout), &s.RedisWrite},
 		{"redis-prefix", "prefix of every Redis key Sluice writes", redis.DefaultPrefix, &s.RedisPrefix},
 		{"redis-tls-ca", "PEM file of CAs for rediss:// (default: system roots)", "", &s.RedisTLSCA},
@@ -220,7 +220,7 @@ func (s *Settings) decisionTable() []setting {
 		{"sub-windows", fmt.Sprintf("sub_windows of every sliding_window limit that sets none, 1 to %d (each dividing its window into whole milliseconds)", limiter.MaxSubWindows), strconv.Itoa(limiter.DefaultSubWindows), &s.SubWindows},
 		{"token-bucket-burst", "burst of every token_bucket limit that sets none, as a share of its requests_per_unit (rounded up): 100% holds one window's worth, 200% two", "100%", &s.TokenBucketBurst},
 		{"overlay", "policy overlay: a YAML file or directory (watched) in the config format, selecting rules of the config in force by domain and descriptor patterns and setting what a RateLimitConfig cannot carry (algorithm, rate_limits, classes, failure_mode, ...)", "", &s.Overlay},
-		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 5ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis (a Redis reply also ends at --redis-read-timeout)", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
+		{"store-timeout", "budget of a store call whose caller sends no deadline (a caller's deadline is the budget otherwise, whether longer or shorter, less a tenth (2ms to 100ms) to answer when the failure mode is allow or deny); long enough to decide on a loaded host, as the peer waits for Redis", durationText(redis.DefaultCallTimeout), &s.StoreTimeout},
 	}
 }
 

@@ -14,7 +14,9 @@ func TestAnswerBy(t *testing.T) {
 		{20 * time.Millisecond, 18 * time.Millisecond},
 		{5 * time.Millisecond, 3 * time.Millisecond},
 		{40 * time.Millisecond, 36 * time.Millisecond},
-		{time.Second, time.Second - 5*time.Millisecond},
+		{time.Second, time.Second - 100*time.Millisecond},
+		{500 * time.Millisecond, 450 * time.Millisecond},
+		{5 * time.Second, 5*time.Second - 100*time.Millisecond},
 		{4 * time.Millisecond, 4 * time.Millisecond},
 		{-time.Millisecond, -time.Millisecond},
 	} {

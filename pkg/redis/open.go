@@ -22,14 +22,21 @@ import (
 
 // The defaults of Settings' socket timeouts, which the server's
 // --redis-*-timeout settings read. A read or write ends at the earlier of
-// its timeout and its context's deadline.
+// its timeout and its context's deadline. Every decision's call carries its
+// budget as its context's deadline (the caller's deadline, or CallTimeout),
+// so the read and write timeouts are only a backstop for a command without
+// one: they are as long as envoyproxy/ratelimit's REDIS_TIMEOUT, so that a
+// reply a loaded host delays is waited for as long as the caller allows. (At
+// 500 ms they cut every budget to 500 ms: a caller allowing 5 s got
+// UNAVAILABLE when a reply took 600 ms, and the node was then taken for
+// stalled.)
 const (
 	// DefaultDialTimeout is Settings.DialTimeout when it is zero.
 	DefaultDialTimeout = time.Second
 	// DefaultReadTimeout is Settings.ReadTimeout when it is zero.
-	DefaultReadTimeout = 500 * time.Millisecond
+	DefaultReadTimeout = 10 * time.Second
 	// DefaultWriteTimeout is Settings.WriteTimeout when it is zero.
-	DefaultWriteTimeout = 500 * time.Millisecond
+	DefaultWriteTimeout = 10 * time.Second
 )
 
 // Settings selects and tunes the Redis that Open connects to. Exactly one
@@ -58,7 +65,8 @@ type Settings struct {
 	DialTimeout time.Duration
 	// ReadTimeout and WriteTimeout bound one socket read or write when the
 	// context has no earlier deadline. Default DefaultReadTimeout and
-	// DefaultWriteTimeout (500 ms each).
+	// DefaultWriteTimeout (10 s each); a shorter one also cuts every
+	// decision's budget to it.
 	ReadTimeout, WriteTimeout time.Duration
 	// CallTimeout is Options.CallTimeout: the budget of an Apply whose
 	// caller set no deadline. Default DefaultCallTimeout (1 s).
