@@ -26,7 +26,7 @@ end
 
 local function fixedRoll(k)
   local i, c = o1[k], o2[k]
-  local idx = idiv(now, KW[k])
+  local idx = idiv(now, keyWindow[k])
   if i == idx or (i > idx and c ~= 0) then
     s1[k], s2[k], s3[k] = i, c, 0
   else
@@ -35,8 +35,8 @@ local function fixedRoll(k)
 end
 
 local function fixedDecide(k, h, n)
-  local at, w = s1[k], KW[k]
-  if s2[k] + n <= (hC[h] or hL[h]) then
+  local at, w = s1[k], keyWindow[k]
+  if s2[k] + n <= (hitCap[h] or hitLimit[h]) then
     return true, 0
   end
   local e = now - at * w
@@ -61,7 +61,7 @@ local function fixedConsume(k, inc, dec)
 end
 
 local function fixedReport(k, h, allowed)
-  local at, c, w, L = s1[k], s2[k], KW[k], hC[h] or hL[h]
+  local at, c, w, L = s1[k], s2[k], keyWindow[k], hitCap[h] or hitLimit[h]
   local reset = 0
   if c > 0 then
     local e = now - at * w
@@ -94,7 +94,7 @@ local function fixedStore(k, key, ttl)
     end
     return
   end
-  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', ttl or (i + 1) * KW[k] - now))
+  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', ttl or (i + 1) * keyWindow[k] - now))
 end
 
 local function fixedUndo(k, idx, delta)
@@ -113,12 +113,12 @@ register('fixed_window', { load = fixedLoad, parse = fixedParse, roll = fixedRol
   -- denial, a count at MAX or none (the general path's).
   hit = function(k, h, n)
     local t = s2[k] + n
-    local L = hC[h] or hL[h]
+    local L = hitCap[h] or hitLimit[h]
     if t > L or t > MAX or t == 0 then
       return nil
     end
     s2[k], dirty[k] = t, true
-    local w = KW[k]
+    local w = keyWindow[k]
     local e = now - s1[k] * w
     if e < 0 then
       e = 0

@@ -47,7 +47,7 @@ end
 
 function CAL.roll(k)
   local i, c = o1[k], o2[k]
-  local st = CAL.start(KN[k])
+  local st = CAL.start(keySubs[k])
   if i == st or (i > st and c ~= 0) then
     s1[k], s2[k], s3[k] = i, c, 0
   else
@@ -56,17 +56,17 @@ function CAL.roll(k)
 end
 
 function CAL.decide(k, h, n)
-  if s2[k] + n <= (hC[h] or hL[h]) then
+  if s2[k] + n <= (hitCap[h] or hitLimit[h]) then
     return true, 0
   end
-  return false, CAL.left(KN[k], s1[k])
+  return false, CAL.left(keySubs[k], s1[k])
 end
 
 function CAL.report(k, h, allowed)
-  local c, L = s2[k], hC[h] or hL[h]
+  local c, L = s2[k], hitCap[h] or hitLimit[h]
   local reset = 0
   if c > 0 then
-    reset = CAL.left(KN[k], s1[k])
+    reset = CAL.left(keySubs[k], s1[k])
   end
   if not allowed or c >= L then
     return 0, reset
@@ -77,7 +77,7 @@ end
 -- store: fixedStore's, the TTL the end of the period.
 function CAL.store(k, key)
   local i = s1[k]
-  fixedStore(k, key, max(CAL.left(KN[k], i) + max(now, i) - now, 1))
+  fixedStore(k, key, max(CAL.left(keySubs[k], i) + max(now, i) - now, 1))
 end
 
 end

@@ -53,7 +53,7 @@ do
   -- of a small sorted set (a listpack) and one of the expired walks only
   -- those; for concurrency, whose slots in flight are few, with one ZCOUNT.
   local function logLoad(k, key)
-    local w, N = KW[k], KN[k]
+    local w, N = keyWindow[k], keySubs[k]
     topKey = nil
     local n
     if N == 1 then
@@ -75,7 +75,7 @@ do
   end
 
   local function logDecide(k, h, n)
-    local key, count, w, L = s1[k], s2[k], KW[k], hC[h] or hL[h]
+    local key, count, w, L = s1[k], s2[k], keyWindow[k], hitCap[h] or hitLimit[h]
     if count + n <= L then
       return true, 0
     end
@@ -185,7 +185,7 @@ do
   -- consume adds inc entries at now (the log holding at most MAXLOG; for
   -- concurrency slots of token ta), then removes dec (logDropped).
   local function logConsume(k, inc, dec, ta, tr)
-    local key, count, w, N = s1[k], s2[k], KW[k], KN[k]
+    local key, count, w, N = s1[k], s2[k], keyWindow[k], keySubs[k]
     if dec == 0 and inc > 0 and count < MAXLOG then
       local u1, u2
       s1[k], s2[k], s3[k], u1, u2 = logPlain(key, count, w, inc, N, ta)
@@ -230,7 +230,7 @@ do
   end
 
   local function logReport(k, h, allowed)
-    local key, count, w, L = s1[k], s2[k], KW[k], hC[h] or hL[h]
+    local key, count, w, L = s1[k], s2[k], keyWindow[k], hitCap[h] or hitLimit[h]
     if count == 0 then
       if allowed then
         return L, 0
@@ -253,13 +253,13 @@ do
   -- function, or nothing for the general path (a denial, a full log, no
   -- hits).
   local function logHit(k, h, n)
-    local count, L = s2[k], hC[h] or hL[h]
+    local count, L = s2[k], hitCap[h] or hitLimit[h]
     if count + n > L or count >= MAXLOG or n == 0 then
       return
     end
-    local w = KW[k]
+    local w = keyWindow[k]
     local c
-    s1[k], c, s3[k] = logPlain(s1[k], count, w, n, KN[k])
+    s1[k], c, s3[k] = logPlain(s1[k], count, w, n, keySubs[k])
     s2[k], dirty[k] = c, true
     if c >= L then
       return 0, topT + w - now
@@ -276,7 +276,7 @@ do
     if token == 0 then
       return 0
     end
-    local key, w = s1[k], KW[k]
+    local key, w = s1[k], keyWindow[k]
     topKey = nil
     local add = floor(token / 4096)
     local tombs = redis.call('ZRANGEBYSCORE', key, fmt('%d', -t), fmt('%d', -t))

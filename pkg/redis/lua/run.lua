@@ -67,7 +67,7 @@ local function readSpecs(KEYS, specs, nk)
     a, w, N, p = sunpack(F_SPEC, specs, p)
     ox[k], dirty[k], mark[k] = 0, 0, 0
     if a == MARKER then
-      KA[k] = 0
+      keyAlg[k] = 0
     else
       local pen = a >= 64 -- fmtPenalty follows (penalty.lua)
       if pen then
@@ -84,7 +84,7 @@ local function readSpecs(KEYS, specs, nk)
       elseif A.inflight then
         N = 1
       end
-      KA[k], KW[k], KN[k] = A, w, N
+      keyAlg[k], keyWindow[k], keySubs[k] = A, w, N
       if pen then
         p = ALG.pen.spec(specs, p, k)
       end
@@ -109,7 +109,7 @@ local function prefetch(n)
     local vals = redis.call('MGET', unpack(pnames, from, to))
     for x = from, to do
       local k = pidx[x]
-      local A = KA[k]
+      local A = keyAlg[k]
       A.parse(k, vals[x - from + 1])
       A.roll(k)
     end
@@ -119,7 +119,7 @@ end
 -- load loads and rolls key k (callers test ox[k] == 0 first: the call
 -- has not loaded it, which prefetch makes rare).
 local function load(KEYS, k)
-  local A = KA[k]
+  local A = keyAlg[k]
   A.load(k, KEYS[k])
   A.roll(k)
 end
@@ -140,7 +140,7 @@ local function undoEntry(KEYS, prog, p, count)
     if ox[k] == 0 then
       load(KEYS, k)
     end
-    if KA[k].undo(k, u1, u2) == 1 then
+    if keyAlg[k].undo(k, u1, u2) == 1 then
       dirty[k] = true
       changed = changed + 1
     end
@@ -148,7 +148,7 @@ local function undoEntry(KEYS, prog, p, count)
   return p, spack(F_UNDONE, changed)
 end
 
--- readHits reads the count hits at p of entry e (hk..hl, hC: key, requests,
+-- readHits reads the count hits at p of entry e (hitKey..hitLease, hitCap: key, requests,
 -- burst, hits, flags, lease, a pool's class's capacity), its keys in order of first hit (ek, with
 -- mark[k] = e) and per key its growth: inc, the largest hits among its
 -- non-refund hits (as limiter.Evaluate), dec, the largest refund, odi, the
@@ -160,17 +160,17 @@ local function readHits(KEYS, prog, p, count, e)
   local nek = 0
   for h = 1, count do
     local k, f, n, c, tk
-    k, hL[h], hB[h], n, f, hl[h], c, tk, p = sunpack(F_HIT, prog, p)
-    hk[h], hn[h], hf[h] = k, n, f
+    k, hitLimit[h], hitBurst[h], n, f, hitLease[h], c, tk, p = sunpack(F_HIT, prog, p)
+    hitKey[h], hitN[h], hitFlags[h] = k, n, f
     if f % FL2_CEILING < FL_CEILING then
       c = nil -- no pool's class
     end
-    hC[h] = c
+    hitCap[h] = c
     if mark[k] ~= e then
       mark[k] = e
       nek = nek + 1
       ek[nek] = k
-      inc[k], dec[k], odi[k], tka[k], tkr[k], ask[k], first[k] = 0, 0, 0, 0, 0, hl[h], h
+      inc[k], dec[k], odi[k], tka[k], tkr[k], ask[k], first[k] = 0, 0, 0, 0, 0, hitLease[h], h
       if ox[k] == 0 then
         load(KEYS, k)
       end
@@ -197,8 +197,8 @@ end
 local function decideHits(count)
   local admitted, quotaSeen, quotaAllowed = true, false, false
   for h = 1, count do
-    local k, f = hk[h], hf[h]
-    local A = KA[k]
+    local k, f = hitKey[h], hitFlags[h]
+    local A = keyAlg[k]
     if f == 0 then
       ok[h], retry[h] = A.decide(k, h, inc[k])
       ALG.pen.gate(h, k, 0)
@@ -210,7 +210,7 @@ local function decideHits(count)
         -- overdraw: allowed while one more hit fits
         ok[h], retry[h] = A.decide(k, h, 1)
       elseif f % FL2_EXCEEDS >= FL_EXCEEDS then
-        ok[h], retry[h] = false, KW[k]
+        ok[h], retry[h] = false, keyWindow[k]
       else
         ok[h], retry[h] = A.decide(k, h, inc[k])
       end
@@ -232,9 +232,9 @@ end
 -- "if admitted" pair (ra, ta) and, unless admitted, the "if denied" pair
 -- (rd, td) too (a request not consumed reads the same state either way).
 local function reportKey(k, h1, count, admitted)
-  local A = KA[k]
+  local A = keyAlg[k]
   for h = h1, count do
-    if hk[h] == k then
+    if hitKey[h] == k then
       ra[h], ta[h] = A.report(k, h, ok[h])
       if not admitted then
         rd[h], td[h] = ra[h], ta[h]
@@ -255,7 +255,7 @@ end
 -- reached older windows) are xn[x] pairs of XU from xo[x] on.
 local function settleKey(KEYS, x, count, consume, denied)
   local k = ek[x]
-  local A, h1 = KA[k], first[k]
+  local A, h1 = keyAlg[k], first[k]
   local u1, u2, g = 0, 0, 0
   if odi[k] > 0 then
     A.consume(k, odi[k], 0)
@@ -269,7 +269,7 @@ local function settleKey(KEYS, x, count, consume, denied)
     u1, u2 = A.consume(k, inc[k] - odi[k], dec[k], tka[k], tkr[k])
     dirty[k] = true
     reportKey(k, h1, count, true)
-    if ask[k] > 0 and A.lease and hf[h1] == 0 then
+    if ask[k] > 0 and A.lease and hitFlags[h1] == 0 then
       g = min(ask[k], floor(ra[h1] / 2))
       if g > 0 then
         local g0 = s2[k]
@@ -292,7 +292,7 @@ local function replyHits(count, nek, admitted, full, leased, consume, nout)
     out[nout] = spack(F_ADMITTED, a)
   end
   for h = 1, count do
-    local f, bits = hf[h], (ok[h] and 1 or 0) + ALG.pen.bit(h)
+    local f, bits = hitFlags[h], (ok[h] and 1 or 0) + ALG.pen.bit(h)
     if f % FL2_EXCEEDS >= FL_EXCEEDS and f % FL2_REFUND < FL_REFUND then
       bits = bits + 2
     end
@@ -333,16 +333,16 @@ end
 -- (71.7k against 65.1k), the general path 18% more (76.6k).
 local function oneEntry(KEYS, prog, p)
   local k, n, fl
-  k, hL[1], hB[1], n, fl, p = sunpack(F_HITONE, prog, p)
+  k, hitLimit[1], hitBurst[1], n, fl, p = sunpack(F_HITONE, prog, p)
   if fl == FL_CEILING then
-    hC[1] = sunpack(F_HITCEILING, prog, p + O_TAILCEILING)
+    hitCap[1] = sunpack(F_HITCEILING, prog, p + O_TAILCEILING)
   else
-    hC[1] = nil
+    hitCap[1] = nil
   end
   if ox[k] == 0 then
     load(KEYS, k)
   end
-  local A = KA[k]
+  local A = keyAlg[k]
   if A.hit then
     local r, t = A.hit(k, 1, n)
     if r then
@@ -374,7 +374,7 @@ local function plainEntry(KEYS, prog, p, count, nout, e)
   local admitted = true
   for h = 1, count do
     local k, f, C, _
-    k, hL[h], hB[h], hn[h], f, _, C, _, p = sunpack(F_HIT, prog, p)
+    k, hitLimit[h], hitBurst[h], hitN[h], f, _, C, _, p = sunpack(F_HIT, prog, p)
     if (f ~= 0 and f ~= FL_CEILING) or mark[k] == -e then
       return nil
     end
@@ -382,30 +382,30 @@ local function plainEntry(KEYS, prog, p, count, nout, e)
     if f == 0 then
       C = nil
     end
-    hk[h], hC[h] = k, C
+    hitKey[h], hitCap[h] = k, C
     if ox[k] == 0 then
       load(KEYS, k)
     end
-    local A = KA[k]
-    if A.fits and s2[k] + hn[h] <= (C or hL[h]) then
+    local A = keyAlg[k]
+    if A.fits and s2[k] + hitN[h] <= (C or hitLimit[h]) then
       ok[h], retry[h] = true, 0 -- decide's first test, inline
     else
-      ok[h], retry[h] = A.decide(k, h, hn[h])
+      ok[h], retry[h] = A.decide(k, h, hitN[h])
       admitted = admitted and ok[h]
     end
   end
   local a = admitted and 1 or 0
   for h = 1, count do
-    local k = hk[h]
-    local A = KA[k]
+    local k = hitKey[h]
+    local A = keyAlg[k]
     local r, t
     if admitted and A.hit then
-      r, t = A.hit(k, h, hn[h])
+      r, t = A.hit(k, h, hitN[h])
     end
     if not r then
       if admitted then
         first[k] = h
-        A.consume(k, hn[h], 0)
+        A.consume(k, hitN[h], 0)
         dirty[k] = true
       end
       r, t = A.report(k, h, ok[h])
@@ -523,7 +523,7 @@ local function run(KEYS, ARGV)
   end
   for k = 1, nk do
     if dirty[k] == true then
-      KA[k].store(k, KEYS[k])
+      keyAlg[k].store(k, KEYS[k])
     end
   end
   return table.concat(out, '', 1, nout)

@@ -56,7 +56,7 @@ end
 -- whose clock is behind) is kept, seen from the start of its window.
 local function swRoll(k)
   local i, c, p = o1[k], o2[k], o3[k]
-  local idx = idiv(now, KW[k])
+  local idx = idiv(now, keyWindow[k])
   if i == idx or (i > idx and (c ~= 0 or p ~= 0)) then
     s1[k], s2[k], s3[k] = i, c, p
   elseif i == idx - 1 then
@@ -68,7 +68,7 @@ end
 
 -- decide: admit iff p*(W-E) + (c+n)*W <= L*W.
 local function swDecide(k, h, n)
-  local at, cur, prev, w, L = s1[k], s2[k], s3[k], KW[k], hC[h] or hL[h]
+  local at, cur, prev, w, L = s1[k], s2[k], s3[k], keyWindow[k], hitCap[h] or hitLimit[h]
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -114,7 +114,7 @@ end
 -- report is remaining (floor(L - estimate), at least 0; computed only for an
 -- allowed hit) and resetAfter.
 local function swReport(k, h, allowed)
-  local at, cur, prev, w, L = s1[k], s2[k], s3[k], KW[k], hC[h] or hL[h]
+  local at, cur, prev, w, L = s1[k], s2[k], s3[k], keyWindow[k], hitCap[h] or hitLimit[h]
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -139,7 +139,7 @@ end
 -- store: the TTL is the end of window i+1, after which the counter is empty
 -- (limiter's expires), at most two windows from now.
 local function swStore(k, key)
-  local i, c, p, oi, oc, op, exists, w = s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k], KW[k]
+  local i, c, p, oi, oc, op, exists, w = s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k], keyWindow[k]
   if i == oi and c == oc and p == op and exists then
     return
   end

@@ -112,7 +112,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
     end
     local n = #v
     local W = n > 26 and byte(v, n - 1)
-    if not SUBW[W] or n ~= KN[k] * W + 26 then
+    if not SUBW[W] or n ~= keySubs[k] * W + 26 then
       HV[k] = false
       o1[k], o2[k], o3[k], ox[k] = 0, 0, '', true
       return
@@ -137,11 +137,11 @@ do -- (in a block: the chunk has at most 200 locals at once)
   function subHit(k, h, n)
     local at, v, total = s1[k], s3[k], s2[k]
     local t = total + n
-    local L = hC[h] or hL[h]
+    local L = hitCap[h] or hitLimit[h]
     if v ~= HV[k] or t > L or t > MAX or n == 0 then
       return nil
     end
-    local at0, N = HA[k], KN[k]
+    local at0, N = HA[k], keySubs[k]
     if at ~= at0 then
       local W, cur0 = HW[k], HC[k]
       if cur0 >= 256 ^ W then
@@ -162,7 +162,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
       return nil
     end
     s2[k], dirty[k] = t, true
-    local s = KW[k] / N
+    local s = keyWindow[k] / N
     local e = now - at * s
     if e < 0 then
       e = 0
@@ -176,7 +176,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
   -- those 16 bytes, no string of the whole counter made. A string subHit
   -- built is written whole, its newest sub-window its own.
   function subStore(k, key)
-    local at, total, v, N = s1[k], s2[k], s3[k], KN[k]
+    local at, total, v, N = s1[k], s2[k], s3[k], keySubs[k]
     if v == o3[k] then
       if total ~= o2[k] and at == o1[k] then
         local n = #v
@@ -213,7 +213,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
       end
     end
     newest = newest or subNewest(v, N, at, total)
-    redis.call('SET', key, v, 'PX', fmt('%d', (newest + N + 1) * (KW[k] / N) - now))
+    redis.call('SET', key, v, 'PX', fmt('%d', (newest + N + 1) * (keyWindow[k] / N) - now))
   end
 
 end
@@ -224,7 +224,7 @@ end
 -- mostly share their window and sub-windows.
 local rnow, rw, rN, rj = -1, 0, 0, 0
 local function subRoll(k)
-  local at, total, v, w, N = o1[k], o2[k], o3[k], KW[k], KN[k]
+  local at, total, v, w, N = o1[k], o2[k], o3[k], keyWindow[k], keySubs[k]
   if now ~= rnow or w ~= rw or N ~= rN then
     rnow, rw, rN, rj = now, w, N, idiv(now, w / N)
   end
@@ -251,7 +251,7 @@ end
 -- decide admits n iff total + n <= L; otherwise the retry is the time until
 -- enough of the oldest sub-windows have left the estimate.
 local function subDecide(k, h, n)
-  local at, total, v, w, N, L = s1[k], s2[k], s3[k], KW[k], KN[k], hC[h] or hL[h]
+  local at, total, v, w, N, L = s1[k], s2[k], s3[k], keyWindow[k], keySubs[k], hitCap[h] or hitLimit[h]
   if total + n <= L then
     return true, 0
   end
@@ -361,7 +361,7 @@ end
 -- it gained. A stale string is rewritten at at even when nothing changed
 -- (what consume returns is written, as the Go twin stores it).
 local function subConsume(k, inc, dec)
-  local at, total, v, N = s1[k], s2[k], s3[k], KN[k]
+  local at, total, v, N = s1[k], s2[k], s3[k], keySubs[k]
   local at0, cur0, W, cur = at, 0, 1, 0
   if v ~= '' then
     at0, cur0, W = subHead(v, at, total)
@@ -419,10 +419,10 @@ end
 -- report: remaining is L - total, at least 0; the reset is the time until
 -- the newest sub-window holding hits leaves the estimate.
 local function subReport(k, h, allowed)
-  local at, total, N = s1[k], s2[k], KN[k]
+  local at, total, N = s1[k], s2[k], keySubs[k]
   local reset = 0
   if total ~= 0 then
-    local s = KW[k] / N
+    local s = keyWindow[k] / N
     local e = now - at * s
     if e < 0 then
       e = 0
@@ -432,7 +432,7 @@ local function subReport(k, h, allowed)
   if not allowed then
     return 0, reset
   end
-  local r = (hC[h] or hL[h]) - total
+  local r = (hitCap[h] or hitLimit[h]) - total
   if r <= 0 then
     return 0, reset
   end
@@ -443,7 +443,7 @@ end
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
 -- decodes and encodes every slot.
 local function subUndo(k, idx, delta)
-  local at, total, N = s1[k], s2[k], KN[k]
+  local at, total, N = s1[k], s2[k], keySubs[k]
   if delta == 0 or idx > at or idx < at - N then
     return 0
   end

@@ -62,8 +62,8 @@ local function tokenRoll(k)
 end
 
 local function tokenDecide(k, h, n)
-  local w = KW[k]
-  local rp, wp, bw = tokenParams(w, hL[h], hB[h], hC[h])
+  local w = keyWindow[k]
+  local rp, wp, bw = tokenParams(w, hitLimit[h], hitBurst[h], hitCap[h])
   local need = tokenDebt(s1[k], s2[k], s3[k], rp) + n * wp
   if need <= bw then
     return true, 0
@@ -94,7 +94,7 @@ end
 -- first hit. The undo token is rp and the debt added.
 local function tokenConsume(k, inc, dec)
   local h = first[k]
-  local rp, wp = tokenParams(KW[k], hL[h], hB[h])
+  local rp, wp = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h])
   if rp == 0 then
     return 0, 0
   end
@@ -113,7 +113,7 @@ local function tokenConsume(k, inc, dec)
 end
 
 local function tokenReport(k, h, allowed)
-  local rp, wp, bw = tokenParams(KW[k], hL[h], hB[h], hC[h])
+  local rp, wp, bw = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h], hitCap[h])
   local D = tokenDebt(s1[k], s2[k], s3[k], rp)
   local reset = 0
   if D > 0 then
@@ -171,7 +171,7 @@ register('token_bucket', { load = tokenLoad, parse = tokenParse, roll = tokenRol
   -- the capacity, which only decide and report read), or nothing for a
   -- denial or a bucket of no rate (the general path's).
   hit = function(k, h, n)
-    local rp, wp, bw = tokenParams(KW[k], hL[h], hB[h], hC[h])
+    local rp, wp, bw = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h], hitCap[h])
     if rp == 0 then
       return nil
     end
