@@ -105,16 +105,11 @@ do -- (in a block: the chunk has at most 200 locals at once)
   -- none, written over) of key k; run reads every such key of the batch
   -- with one MGET (see prefetch), load one alone. It keeps k's head (HV..HC).
   function subParse(k, v)
-    if not v then
-      HV[k] = false
-      o1[k], o2[k], o3[k], ox[k] = 0, 0, '', false
-      return
-    end
-    local n = #v
+    local n = v and #v or 0
     local W = n > 26 and byte(v, n - 1)
     if not SUBW[W] or n ~= keySubs[k] * W + 26 then
       HV[k] = false
-      o1[k], o2[k], o3[k], ox[k] = 0, 0, '', true
+      o1[k], o2[k], o3[k], ox[k] = 0, 0, '', v and true or false
       return
     end
     local at, total, cur = sunpack('<ddd', v, n - 25)
@@ -241,11 +236,7 @@ local function subRoll(k)
   for i = N - (j - at) + 1, N do
     total = total - sunpack(r, v, (i - 1) * W + 1)
   end
-  if total == 0 then
-    s1[k], s2[k], s3[k] = j, 0, ''
-    return
-  end
-  s1[k], s2[k], s3[k] = j, total, v
+  s1[k], s2[k], s3[k] = j, total, total == 0 and '' or v
 end
 
 -- decide admits n iff total + n <= L; otherwise the retry is the time until
@@ -346,11 +337,7 @@ local function subRefundOlder(k, at, v, N, rest, c, cur, dec)
     end
   end
   local t = rest + c
-  if t == 0 then
-    s2[k], s3[k] = 0, ''
-    return at, c - cur
-  end
-  s2[k], s3[k] = t, subEncode(at, t, cs, N)
+  s2[k], s3[k] = t, t == 0 and '' or subEncode(at, t, cs, N)
   return at, c - cur
 end
 
@@ -383,36 +370,30 @@ local function subConsume(k, inc, dec)
     -- Only the total and cur change, and not the newest sub-window
     -- holding hits, so neither does the expiry: store writes the two in
     -- place (subHead).
-    s2[k], s3[k] = t, v
+    s2[k] = t
     return at, c - cur
   elseif t == 0 then
     s2[k], s3[k] = 0, ''
     return at, c - cur
   end
   salt = (salt + 1) % 256
+  local d = at - at0
   if v == '' then
-    s2[k], s3[k] = t, spack(subSame(1, N), SUBZERO, at, t, c, 1, salt)
-    return at, c - cur
-  elseif at0 == at then
-    s2[k], s3[k] = t, spack(subSame(W, N), v, at, t, c, W, salt)
-    return at, c - cur
+    v = spack(subSame(1, N), SUBZERO, at, t, c, 1, salt)
+  elseif d == 0 then
+    v = spack(subSame(W, N), v, at, t, c, W, salt)
   elseif subWidth(cur0) > W then
     local cs = subCounts(at, total, v, N)
     cs[1] = c
-    s2[k], s3[k] = t, subEncode(at, t, cs, N)
-    return at, c - cur
+    v = subEncode(at, t, cs, N)
+  elseif d == 1 then
+    v = spack(subShift(W, N, d), cur0, v, at, t, c, W, salt)
+  elseif d < N then
+    v = spack(subShift(W, N, d), SUBZERO, cur0, v, at, t, c, W, salt)
+  else
+    v = spack(subShift(W, N, d), SUBZERO, cur0, at, t, c, W, salt)
   end
-  local d = at - at0
-  local f = subShift(W, N, d)
-  if d == 1 then
-    s2[k], s3[k] = t, spack(f, cur0, v, at, t, c, W, salt)
-    return at, c - cur
-  end
-  if d < N then
-    s2[k], s3[k] = t, spack(f, SUBZERO, cur0, v, at, t, c, W, salt)
-    return at, c - cur
-  end
-  s2[k], s3[k] = t, spack(f, SUBZERO, cur0, at, t, c, W, salt)
+  s2[k], s3[k] = t, v
   return at, c - cur
 end
 
@@ -456,11 +437,7 @@ local function subUndo(k, idx, delta)
   local c = min(max(old - delta, 0), MAX - (total - old))
   cs[x] = c
   total = total - old + c
-  if total == 0 then
-    s2[k], s3[k] = 0, ''
-    return 1
-  end
-  s2[k], s3[k] = total, subEncode(at, total, cs, N)
+  s2[k], s3[k] = total, total == 0 and '' or subEncode(at, total, cs, N)
   return 1
 end
 
