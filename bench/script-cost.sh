@@ -15,7 +15,11 @@
 # test's rules; concurrency acquires under a slot token and releases the
 # counter's last slot in the same call, so a decision is both), CEILING
 # (every request a pool's class of this ceiling, in permille: 800 for 80%;
-# unset for a plain limit), REDIS_SERVER
+# unset for a plain limit), CLOCK (the Unix ms the benchmark's clock
+# starts at: the same CLOCK gives two versions of the script the same
+# sub-window boundaries, which otherwise follow the wall clock at the start
+# and move the figure by a few percent from run to run; unset: now),
+# REDIS_SERVER
 # (redis-server; a build with symbols names the functions: KEEP=1 keeps
 # the callgrind output for callgrind_annotate).
 # Needs go, redis-server, valgrind.
@@ -31,6 +35,7 @@ vg=$!
 trap 'kill $vg 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 go test -c -o "$tmp/redis.test" ./pkg/redis
+[ -z "${CLOCK:-}" ] || redis-cli -p "$port" set steady:bench-clock "$CLOCK" >/dev/null
 bench() { # iterations
 	RLS_TEST_REDIS_ADDR="127.0.0.1:$port" SLUICE_BENCH_PREFIX=steady: SLUICE_BENCH_KEYS=$KEYS SLUICE_BENCH_BATCH=$BATCH SLUICE_BENCH_HITS=$HITS SLUICE_BENCH_ALG=${ALG:-} SLUICE_BENCH_CEILING=${CEILING:-} \
 		"$tmp/redis.test" -test.run '^$' -test.bench '^BenchmarkScriptSteady$' -test.benchtime "$1x" >"$tmp/bench.out" 2>&1 ||

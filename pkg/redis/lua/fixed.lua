@@ -4,33 +4,39 @@
 -- and its TTL with one SET: one Redis command a decision instead of three
 -- (HMGET, HSET, PEXPIRE). Its TTL is the end of window i.
 
-local function fixedParse(v)
+local function fixedParse(k, v)
   if not v then
-    return 0, 0, 0, false
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, false
+    return
   elseif #v ~= 16 then
-    return 0, 0, 0, true
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, true
+    return
   end
   local i, c = sunpack('<dd', v)
   if i ~= i or c ~= c then
-    return 0, 0, 0, true -- NaN: not a counter
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, true -- NaN: not a counter
+    return
   end
-  return i, c, 0, true
+  o1[k], o2[k], o3[k], ox[k] = i, c, 0, true
 end
 
-local function fixedLoad(key)
-  return fixedParse(redis.call('GET', key))
+local function fixedLoad(k, key)
+  fixedParse(k, redis.call('GET', key))
 end
 
-local function fixedRoll(i, c, _, w)
-  local idx = idiv(now, w)
+local function fixedRoll(k)
+  local i, c = o1[k], o2[k]
+  local idx = idiv(now, keyWindow[k])
   if i == idx or (i > idx and c ~= 0) then
-    return i, c, 0
+    s1[k], s2[k], s3[k] = i, c, 0
+  else
+    s1[k], s2[k], s3[k] = idx, 0, 0
   end
-  return idx, 0, 0
 end
 
-local function fixedDecide(at, c, _, w, L, n, _, _, C)
-  if c + n <= (C or L) then
+local function fixedDecide(k, h, n)
+  local at, w = s1[k], keyWindow[k]
+  if s2[k] + n <= (hitCap[h] or hitLimit[h]) then
     return true, 0
   end
   local e = now - at * w
@@ -42,18 +48,20 @@ end
 
 -- consume: the count grows by inc, saturating at MAX, then shrinks by dec,
 -- never below 0. The undo token is the window index and the hits added.
-local function fixedConsume(_, i, c0, _, _, _, inc, dec)
+local function fixedConsume(k, inc, dec)
+  local c0 = s2[k]
   local c = min(c0 + inc, MAX)
   if dec >= c then
     c = 0
   else
     c = c - dec
   end
-  return i, c, 0, i, c - c0
+  s2[k], s3[k] = c, 0
+  return s1[k], c - c0
 end
 
-local function fixedReport(at, c, _, w, L, allowed, _, _, C)
-  L = C or L
+local function fixedReport(k, h, allowed)
+  local at, c, w, L = s1[k], s2[k], keyWindow[k], hitCap[h] or hitLimit[h]
   local reset = 0
   if c > 0 then
     local e = now - at * w
@@ -72,8 +80,9 @@ end
 -- never 0: an empty one is deleted) is written in place, its 8 bytes, with
 -- one SETRANGE: its TTL, the end of that window, stays as it is. A new
 -- counter's TTL is ttl ms when given (a calendar period's end; it follows
--- the key index run.lua passes), else the end of window i of w ms.
-local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists, _, ttl)
+-- the calendar's store passes), else the end of window i of w ms.
+local function fixedStore(k, key, ttl)
+  local i, c, oi, oc, exists = s1[k], s2[k], o1[k], o2[k], ox[k]
   if i == oi and c == oc and exists then
     return
   elseif i == oi and oc > 0 and c > 0 then
@@ -85,31 +94,31 @@ local function fixedStore(key, w, _, i, c, _, oi, oc, _, exists, _, ttl)
     end
     return
   end
-  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', ttl or (i + 1) * w - now))
+  redis.call('SET', key, spack('<dd', i, c), 'PX', fmt('%d', ttl or (i + 1) * keyWindow[k] - now))
 end
 
-local function fixedUndo(_, i, c, p, _, _, idx, delta)
-  if delta == 0 or i ~= idx then
-    return i, c, p, 0
+local function fixedUndo(k, idx, delta)
+  if delta == 0 or s1[k] ~= idx then
+    return 0
   end
-  return i, min(max(c - delta, 0), MAX), p, 1
+  s2[k] = min(max(s2[k] - delta, 0), MAX)
+  return 1
 end
 
 register('fixed_window', { load = fixedLoad, parse = fixedParse, roll = fixedRoll, decide = fixedDecide,
   consume = fixedConsume, report = fixedReport, store = fixedStore, undo = fixedUndo, fits = true,
-  -- hit decides, consumes and reports a plain admitted hit of n on key k
-  -- (limit L, or C for a pool's class) in one function, returning
-  -- remaining and reset as decide, consume and report give them, or
-  -- nothing, having changed nothing, for a denial, a count at MAX or none
-  -- (the general path's).
-  hit = function(k, L, n, _, C)
+  -- hit decides, consumes and reports a plain admitted hit h of n on key
+  -- k in one function, returning remaining and reset as decide, consume
+  -- and report give them, or nothing, having changed nothing, for a
+  -- denial, a count at MAX or none (the general path's).
+  hit = function(k, h, n)
     local t = s2[k] + n
-    L = C or L
+    local L = hitCap[h] or hitLimit[h]
     if t > L or t > MAX or t == 0 then
       return nil
     end
     s2[k], dirty[k] = t, true
-    local w = KW[k]
+    local w = keyWindow[k]
     local e = now - s1[k] * w
     if e < 0 then
       e = 0

@@ -45,26 +45,28 @@ function CAL.left(B, at)
   return e - max(now, at)
 end
 
-function CAL.roll(i, c, _, _, B)
-  local st = CAL.start(B)
+function CAL.roll(k)
+  local i, c = o1[k], o2[k]
+  local st = CAL.start(keySubs[k])
   if i == st or (i > st and c ~= 0) then
-    return i, c, 0
+    s1[k], s2[k], s3[k] = i, c, 0
+  else
+    s1[k], s2[k], s3[k] = st, 0, 0
   end
-  return st, 0, 0
 end
 
-function CAL.decide(at, c, _, _, L, n, _, B, C)
-  if c + n <= (C or L) then
+function CAL.decide(k, h, n)
+  if s2[k] + n <= (hitCap[h] or hitLimit[h]) then
     return true, 0
   end
-  return false, CAL.left(B, at)
+  return false, CAL.left(keySubs[k], s1[k])
 end
 
-function CAL.report(at, c, _, _, L, allowed, _, B, C)
-  L = C or L
+function CAL.report(k, h, allowed)
+  local c, L = s2[k], hitCap[h] or hitLimit[h]
   local reset = 0
   if c > 0 then
-    reset = CAL.left(B, at)
+    reset = CAL.left(keySubs[k], s1[k])
   end
   if not allowed or c >= L then
     return 0, reset
@@ -73,8 +75,9 @@ function CAL.report(at, c, _, _, L, allowed, _, B, C)
 end
 
 -- store: fixedStore's, the TTL the end of the period.
-function CAL.store(key, _, B, i, c, _, oi, oc, _, exists)
-  fixedStore(key, nil, nil, i, c, nil, oi, oc, nil, exists, nil, max(CAL.left(B, i) + max(now, i) - now, 1))
+function CAL.store(k, key)
+  local i = s1[k]
+  fixedStore(k, key, max(CAL.left(keySubs[k], i) + max(now, i) - now, 1))
 end
 
 end

@@ -46,40 +46,36 @@
 -- set before: on Redis's clock the same instant. What a denied entry sees is never written (overdraw and count-denied
 -- hits aside).
 --
--- An algorithm's file implements, on its state (s1, s2, s3: limiter.State's
--- At, N1, N2, or what the file says), with w the window in ms, L the
--- requests and B the burst of a hit (the key's first hit in consume) and N
--- the key's sub-windows (for the logs: 1 for concurrency, whose entries are
--- slots named by slot tokens, 0 for the sliding log):
---   load(key, w, N) -> o1, o2, o3, exists: the stored state (0, 0, 0 for
---     none);
---   parse(value, N) -> as load, from the value of GET (only for a state
+-- An algorithm's file implements, on key k's state in the per-key tables
+-- below and hit h's in the per-hit tables (each function reads what it
+-- needs by index, so a call passes the indices, not the state; the tables
+-- are the header's, made once, so no call makes a table or a closure):
+--   load(k, key): read key into o1[k], o2[k], o3[k] (0, 0, 0 for none)
+--     and ox[k] (whether the key existed);
+--   parse(k, value): as load, from the value of GET (only for a state
 --     that is one string: run reads them all with one MGET);
---   roll(o1, o2, o3, w, N) -> s1, s2, s3: the state at now (the Go twin's
---     roll);
---   decide(s1, s2, s3, w, L, n, B, N, C) -> ok, retry_ms, C being, for a
---     pool's class, its capacity under its ceiling (limiter.Limit.Capacity,
---     computed by Go: the L, or a token bucket's burst, it admits up to),
---     nil for any other hit;
---   consume(key, s1, s2, s3, w, L, inc, dec, B, N, ta, tr) -> s1, s2, s3,
---     u1, u2: the Go twin's consume (ta and tr the slot tokens of the
---     acquire and the release, for concurrency; nil in the fast paths,
---     which no slot token takes), and the undo token; a refund that changed
---     older (sub-)windows too appends an undo token (u1, u2) of each to XU
---     (nXU its length), which an undo takes back one by one;
---   report(s1, s2, s3, w, L, allowed, B, N, C) -> remaining (0 unless
---     allowed), reset_after_ms (the Go twin's report), C as in decide;
---   store(key, w, N, s1, s2, s3, o1, o2, o3, exists): write s over o, only
---     what changed, with its TTL, or delete an empty state;
---   undo(key, s1, s2, s3, w, N, u1, u2) -> s1, s2, s3, changed (0 or 1)
+--   roll(k): s1[k], s2[k], s3[k] from o1[k].. at now (the Go twin's roll);
+--   decide(k, h, n) -> ok, retry_ms: whether n more hits of hit h fit;
+--   consume(k, inc, dec, ta, tr) -> u1, u2: the Go twin's consume of s1[k]..
+--     with the limit of the key's first hit (first[k]), ta and tr the slot
+--     tokens of the acquire and the release for concurrency (nil in the
+--     fast paths and the overdraw and lease consumes, which no slot token
+--     takes), and the undo token; a refund that changed older
+--     (sub-)windows too appends an undo token (u1, u2) of each to XU (nXU
+--     its length), which an undo takes back one by one;
+--   report(k, h, allowed) -> remaining (0 unless allowed), reset_after_ms
+--     (the Go twin's report) of hit h;
+--   store(k, key): write s1[k].. over o1[k].., only what changed, with its
+--     TTL, or delete an empty state;
+--   undo(k, u1, u2) -> changed (0 or 1): take undo token (u1, u2) back
+--     from s1[k]..
 -- and, optionally, for the plain path (one admitted hit of no flag but a
 -- pool's class):
---   fits = true: decide admits when s2 + n <= (C or L), its first test,
---     which run then makes inline;
---   hit(k, L, n, B, C) -> remaining, reset_after_ms: an admitted hit's
---     decide, consume and report of key k's state (s1[k].., KW[k], KN[k])
---     in one function, or nothing, having changed nothing, when the hit
---     needs the general path (a denial among them);
+--   fits = true: decide admits when s2[k] + n <= (hitCap[h] or
+--     hitLimit[h]), its first test, which run then makes inline;
+--   hit(k, h, n) -> remaining, reset_after_ms: an admitted hit's decide,
+--     consume and report in one function, or nothing, having changed
+--     nothing, when the hit needs the general path (a denial among them);
 --   bind(): what the file binds on run's first call (a library being
 --     loaded may not touch struct, nor make what each call would remake);
 -- and registers them with register, under its config spelling; the
@@ -101,20 +97,47 @@ local spack, sunpack, floor, min, max, fmt, sub, byte
 -- now is the batch's clock, set by run.
 local now = 0
 
--- The tables run works in, made once when the library loads and reused by
--- every call (tables made per call cost, with their collection, more than
--- the decisions of a small batch; EVALSHA runs the whole text per call and
--- so makes them per call). Only indices a call sets first are read, and run
--- resets those it reads before setting (KA, ox, dirty, mark) for its keys.
--- Per key: algorithm, window, sub-windows; stored state (o1-o3, ox: 0 until
--- loaded); current state (s1-s3); dirty (to store); per entry (see run)
--- the entry that last marked it and its growth, lease and first hit.
-local KA, KW, KN, o1, o2, o3, ox, s1, s2, s3, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- The tables run and the algorithms work in, made once when the library
+-- loads and reused by every call (tables made per call cost, with their
+-- collection, more than the decisions of a small batch; EVALSHA runs the
+-- whole text per call and so makes them per call). Only indices a call sets
+-- first are read, and run resets those it reads before setting (keyAlg, ox,
+-- dirty, mark) for its keys.
+--
+-- Per key k (KEYS[k]): keyAlg its algorithm's functions (its variant: the
+-- sub-windows', the calendar's), keyWindow the window in ms, keySubs the
+-- sub-windows N (a calendar's period starts instead; for the logs 1 for
+-- concurrency, whose members are slots named by slot tokens, 0 for the
+-- sliding log); o1-o3 the state as stored and ox 0 until loaded, then
+-- whether the key existed; s1-s3 the state at now as the call changes it;
+-- dirty, true when store must write it. What s1, s2, s3 (and o1-o3) hold:
+--   sliding_window, N = 1: the window index, cur (its hits), prev (the
+--     previous window's hits);
+--   sliding_window, N > 1: the sub-window index at, the total of the
+--     estimate, the stored string of slots and head (sliding_sub.lua);
+--   fixed_window: the window index, the count, 0; on a calendar, the
+--     period's start in Unix ms, the count, 0;
+--   token_bucket: t, f, d, the theoretical arrival time t + f/d ms;
+--   sliding_log, concurrency: the key, the count in the window, the
+--     members the last consume changed (so that a change shows when the
+--     count does not).
+-- Per key of an entry (see run): mark, the entry that last marked it; inc,
+-- dec, odi its growth, refund and overdraw; ask the lease asked; first its
+-- first hit (whose limit and burst consume uses); tka, tkr the slot tokens
+-- of its acquires and releases.
+local keyAlg, keyWindow, keySubs, o1, o2, o3, ox, s1, s2, s3, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 local mark, inc, dec, odi, ask, first, tka, tkr = {}, {}, {}, {}, {}, {}, {}, {}
--- Per hit of an entry and per key of an entry (see run); the reply's parts;
--- prefetch's keys.
-local hk, hL, hB, hn, hf, hl, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
-local hC = {} -- per hit: its class's capacity (FL_CEILING), nil for none
+-- Per hit h of an entry: hitKey its key's index, hitLimit the requests L,
+-- hitBurst the burst, hitN the hits, hitFlags the FL_ flags, hitLease the
+-- lease permits asked, hitCap a pool's class's capacity under its ceiling
+-- (FL_CEILING: limiter.Limit.Capacity, computed by Go, the limit or a token
+-- bucket's burst it admits up to; nil for any other hit, which decide and
+-- report then read as hitLimit); ok and retry its decision, rd and td,
+-- ra and ta its "if denied" and "if admitted" remaining and reset.
+local hitKey, hitLimit, hitBurst, hitN, hitFlags, hitLease, ok, retry, rd, td, ra, ta = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local hitCap = {}
+-- Per key x of an entry: ek its key's index, tu1, tu2 its undo token, tg
+-- its lease granted; out the reply's parts; pidx, pnames prefetch's keys.
 local ek, tu1, tu2, tg, out = {}, {}, {}, {}, {}
 -- The undo tokens more of an entry's consumes, pairs (XU, nXU its length),
 -- and per key of the entry where its own start (xo) and how many (xn).

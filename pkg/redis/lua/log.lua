@@ -52,7 +52,8 @@ do
   -- all less those at or before now - w, as a ZCOUNT of the window walks all
   -- of a small sorted set (a listpack) and one of the expired walks only
   -- those; for concurrency, whose slots in flight are few, with one ZCOUNT.
-  local function logLoad(key, w, N)
+  local function logLoad(k, key)
+    local w, N = keyWindow[k], keySubs[k]
     topKey = nil
     local n
     if N == 1 then
@@ -66,15 +67,15 @@ do
     elseif n > 0 and N ~= 1 then
       n = n - redis.call('ZCOUNT', key, '-inf', fmt('%d', now - w))
     end
-    return key, n, 0, true
+    o1[k], o2[k], o3[k], ox[k] = key, n, 0, true
   end
 
-  local function logRoll(key, count)
-    return key, count, 0
+  local function logRoll(k)
+    s1[k], s2[k], s3[k] = o1[k], o2[k], 0
   end
 
-  local function logDecide(key, count, _, w, L, n, _, _, C)
-    L = C or L
+  local function logDecide(k, h, n)
+    local key, count, w, L = s1[k], s2[k], keyWindow[k], hitCap[h] or hitLimit[h]
     if count + n <= L then
       return true, 0
     end
@@ -183,9 +184,12 @@ do
 
   -- consume adds inc entries at now (the log holding at most MAXLOG; for
   -- concurrency slots of token ta), then removes dec (logDropped).
-  local function logConsume(key, _, count, _, w, _, inc, dec, _, N, ta, tr)
+  local function logConsume(k, inc, dec, ta, tr)
+    local key, count, w, N = s1[k], s2[k], keyWindow[k], keySubs[k]
     if dec == 0 and inc > 0 and count < MAXLOG then
-      return logPlain(key, count, w, inc, N, ta)
+      local u1, u2
+      s1[k], s2[k], s3[k], u1, u2 = logPlain(key, count, w, inc, N, ta)
+      return u1, u2
     end
     topKey = nil
     local cut = now - w
@@ -221,11 +225,12 @@ do
     if (c > 0 or drop > 0) and (gone > 0 or add > 0 or drop > 0) then
       redis.call('PEXPIRE', key, fmt('%d', ttl))
     end
-    return key, c, add + drop, now, add * 4096 + drop
+    s2[k], s3[k] = c, add + drop
+    return now, add * 4096 + drop
   end
 
-  local function logReport(key, count, _, w, L, allowed, _, _, C)
-    L = C or L
+  local function logReport(k, h, allowed)
+    local key, count, w, L = s1[k], s2[k], keyWindow[k], hitCap[h] or hitLimit[h]
     if count == 0 then
       if allowed then
         return L, 0
@@ -247,15 +252,14 @@ do
   -- first test, logPlain, logReport with the newest it read) in one
   -- function, or nothing for the general path (a denial, a full log, no
   -- hits).
-  local function logHit(k, L, n, _, C)
-    local count = s2[k]
-    L = C or L
+  local function logHit(k, h, n)
+    local count, L = s2[k], hitCap[h] or hitLimit[h]
     if count + n > L or count >= MAXLOG or n == 0 then
       return
     end
-    local w = KW[k]
+    local w = keyWindow[k]
     local c
-    s1[k], c, s3[k] = logPlain(s1[k], count, w, n, KN[k])
+    s1[k], c, s3[k] = logPlain(s1[k], count, w, n, keySubs[k])
     s2[k], dirty[k] = c, true
     if c >= L then
       return 0, topT + w - now
@@ -268,10 +272,11 @@ do
 
   -- undo puts back the members a consume at time t removed, then removes the
   -- ones it added (the newest of time t).
-  local function logUndo(key, _, count, _, w, _, t, token)
+  local function logUndo(k, t, token)
     if token == 0 then
-      return key, count, 0, 0
+      return 0
     end
+    local key, w = s1[k], keyWindow[k]
     topKey = nil
     local add = floor(token / 4096)
     local tombs = redis.call('ZRANGEBYSCORE', key, fmt('%d', -t), fmt('%d', -t))
@@ -297,7 +302,8 @@ do
     else
       redis.call('DEL', key)
     end
-    return key, c, 0, 1
+    s2[k], s3[k] = c, 0
+    return 1
   end
 
   register('sliding_log', { fits = true, hit = logHit, load = logLoad, roll = logRoll, decide = logDecide, consume = logConsume,

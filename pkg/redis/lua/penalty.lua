@@ -90,7 +90,7 @@ do
   function P.offend(KEYS, count)
     local started = {}
     for h = 1, count do
-      local k, f = hk[h], hf[h]
+      local k, f = hitKey[h], hitFlags[h]
       if pb[k] and not ok[h] and f % (2 * FL_REFUND) < FL_REFUND and now >= pu[k] and not started[k] then
         started[k] = true
         local level = 0
@@ -102,8 +102,8 @@ do
       end
     end
     for h = 1, count do
-      local k = hk[h]
-      if started[k] and not ok[h] and hf[h] % (2 * FL_REFUND) < FL_REFUND then
+      local k = hitKey[h]
+      if started[k] and not ok[h] and hitFlags[h] % (2 * FL_REFUND) < FL_REFUND then
         retry[h], bl[h] = math.max(retry[h], pu[k] - now), true
       end
     end
@@ -113,7 +113,7 @@ do
   -- reach the end of its block.
   function P.report(count)
     for h = 1, count do
-      local k = hk[h]
+      local k = hitKey[h]
       if pb[k] and not ok[h] then
         ta[h], td[h] = math.max(ta[h] or 0, pu[k] - now), math.max(td[h] or 0, pu[k] - now)
       end

@@ -67,7 +67,7 @@ local function readSpecs(KEYS, specs, nk)
     a, w, N, p = sunpack(F_SPEC, specs, p)
     ox[k], dirty[k], mark[k] = 0, 0, 0
     if a == MARKER then
-      KA[k] = 0
+      keyAlg[k] = 0
     else
       local pen = a >= 64 -- fmtPenalty follows (penalty.lua)
       if pen then
@@ -84,7 +84,7 @@ local function readSpecs(KEYS, specs, nk)
       elseif A.inflight then
         N = 1
       end
-      KA[k], KW[k], KN[k] = A, w, N
+      keyAlg[k], keyWindow[k], keySubs[k] = A, w, N
       if pen then
         p = ALG.pen.spec(specs, p, k)
       end
@@ -109,10 +109,9 @@ local function prefetch(n)
     local vals = redis.call('MGET', unpack(pnames, from, to))
     for x = from, to do
       local k = pidx[x]
-      local A, w, N = KA[k], KW[k], KN[k]
-      local a, b, c, e = A.parse(vals[x - from + 1], N, k)
-      o1[k], o2[k], o3[k], ox[k] = a, b, c, e
-      s1[k], s2[k], s3[k] = A.roll(a, b, c, w, N)
+      local A = keyAlg[k]
+      A.parse(k, vals[x - from + 1])
+      A.roll(k)
     end
   end
 end
@@ -120,9 +119,9 @@ end
 -- load loads and rolls key k (callers test ox[k] == 0 first: the call
 -- has not loaded it, which prefetch makes rare).
 local function load(KEYS, k)
-  local A, w, N = KA[k], KW[k], KN[k]
-  o1[k], o2[k], o3[k], ox[k] = A.load(KEYS[k], w, N, k)
-  s1[k], s2[k], s3[k] = A.roll(o1[k], o2[k], o3[k], w, N)
+  local A = keyAlg[k]
+  A.load(k, KEYS[k])
+  A.roll(k)
 end
 
 -- undoEntry decides the undo of count counters at p (after its F_ENTRY)
@@ -136,14 +135,12 @@ local function undoEntry(KEYS, prog, p, count)
   end
   local changed = 0
   for _ = 1, count do
-    local k, u1, u2, ch
+    local k, u1, u2
     k, u1, u2, p = sunpack(F_UNDOKEY, prog, p)
     if ox[k] == 0 then
       load(KEYS, k)
     end
-    local A, w, N = KA[k], KW[k], KN[k]
-    s1[k], s2[k], s3[k], ch = A.undo(KEYS[k], s1[k], s2[k], s3[k], w, N, u1, u2)
-    if ch == 1 then
+    if keyAlg[k].undo(k, u1, u2) == 1 then
       dirty[k] = true
       changed = changed + 1
     end
@@ -151,7 +148,7 @@ local function undoEntry(KEYS, prog, p, count)
   return p, spack(F_UNDONE, changed)
 end
 
--- readHits reads the count hits at p of entry e (hk..hl, hC: key, requests,
+-- readHits reads the count hits at p of entry e (hitKey..hitLease, hitCap: key, requests,
 -- burst, hits, flags, lease, a pool's class's capacity), its keys in order of first hit (ek, with
 -- mark[k] = e) and per key its growth: inc, the largest hits among its
 -- non-refund hits (as limiter.Evaluate), dec, the largest refund, odi, the
@@ -163,17 +160,17 @@ local function readHits(KEYS, prog, p, count, e)
   local nek = 0
   for h = 1, count do
     local k, f, n, c, tk
-    k, hL[h], hB[h], n, f, hl[h], c, tk, p = sunpack(F_HIT, prog, p)
-    hk[h], hn[h], hf[h] = k, n, f
+    k, hitLimit[h], hitBurst[h], n, f, hitLease[h], c, tk, p = sunpack(F_HIT, prog, p)
+    hitKey[h], hitN[h], hitFlags[h] = k, n, f
     if f % FL2_CEILING < FL_CEILING then
       c = nil -- no pool's class
     end
-    hC[h] = c
+    hitCap[h] = c
     if mark[k] ~= e then
       mark[k] = e
       nek = nek + 1
       ek[nek] = k
-      inc[k], dec[k], odi[k], tka[k], tkr[k], ask[k], first[k] = 0, 0, 0, 0, 0, hl[h], h
+      inc[k], dec[k], odi[k], tka[k], tkr[k], ask[k], first[k] = 0, 0, 0, 0, 0, hitLease[h], h
       if ox[k] == 0 then
         load(KEYS, k)
       end
@@ -200,10 +197,10 @@ end
 local function decideHits(count)
   local admitted, quotaSeen, quotaAllowed = true, false, false
   for h = 1, count do
-    local k, f = hk[h], hf[h]
-    local A = KA[k]
+    local k, f = hitKey[h], hitFlags[h]
+    local A = keyAlg[k]
     if f == 0 then
-      ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k])
+      ok[h], retry[h] = A.decide(k, h, inc[k])
       ALG.pen.gate(h, k, 0)
       admitted = admitted and ok[h]
     else
@@ -211,11 +208,11 @@ local function decideHits(count)
         ok[h], retry[h] = true, 0
       elseif f % FL2_OVERDRAW >= FL_OVERDRAW then
         -- overdraw: allowed while one more hit fits
-        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], 1, hB[h], KN[k], hC[h])
+        ok[h], retry[h] = A.decide(k, h, 1)
       elseif f % FL2_EXCEEDS >= FL_EXCEEDS then
-        ok[h], retry[h] = false, KW[k]
+        ok[h], retry[h] = false, keyWindow[k]
       else
-        ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], inc[k], hB[h], KN[k], hC[h])
+        ok[h], retry[h] = A.decide(k, h, inc[k])
       end
       ALG.pen.gate(h, k, f)
       if f % FL2_REFUND < FL_REFUND and f % FL2_SHADOW < FL_SHADOW then
@@ -235,11 +232,10 @@ end
 -- "if admitted" pair (ra, ta) and, unless admitted, the "if denied" pair
 -- (rd, td) too (a request not consumed reads the same state either way).
 local function reportKey(k, h1, count, admitted)
-  local A, w, N = KA[k], KW[k], KN[k]
-  local a, b, c = s1[k], s2[k], s3[k]
+  local A = keyAlg[k]
   for h = h1, count do
-    if hk[h] == k then
-      ra[h], ta[h] = A.report(a, b, c, w, hL[h], ok[h], hB[h], N, hC[h])
+    if hitKey[h] == k then
+      ra[h], ta[h] = A.report(k, h, ok[h])
       if not admitted then
         rd[h], td[h] = ra[h], ta[h]
       end
@@ -259,10 +255,10 @@ end
 -- reached older windows) are xn[x] pairs of XU from xo[x] on.
 local function settleKey(KEYS, x, count, consume, denied)
   local k = ek[x]
-  local A, w, N, h1 = KA[k], KW[k], KN[k], first[k]
+  local A, h1 = keyAlg[k], first[k]
   local u1, u2, g = 0, 0, 0
   if odi[k] > 0 then
-    s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, hL[h1], odi[k], 0, hB[h1], N)
+    A.consume(k, odi[k], 0)
     dirty[k] = true
   end
   if denied then
@@ -270,15 +266,14 @@ local function settleKey(KEYS, x, count, consume, denied)
   end
   xo[x] = nXU
   if consume then
-    s1[k], s2[k], s3[k], u1, u2 = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, hL[h1], inc[k] - odi[k], dec[k], hB[h1], N,
-      tka[k], tkr[k])
+    u1, u2 = A.consume(k, inc[k] - odi[k], dec[k], tka[k], tkr[k])
     dirty[k] = true
     reportKey(k, h1, count, true)
-    if ask[k] > 0 and A.lease and hf[h1] == 0 then
+    if ask[k] > 0 and A.lease and hitFlags[h1] == 0 then
       g = min(ask[k], floor(ra[h1] / 2))
       if g > 0 then
         local g0 = s2[k]
-        s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, hL[h1], g, 0, hB[h1], N)
+        A.consume(k, g, 0)
         g = s2[k] - g0
       end
     end
@@ -297,7 +292,7 @@ local function replyHits(count, nek, admitted, full, leased, consume, nout)
     out[nout] = spack(F_ADMITTED, a)
   end
   for h = 1, count do
-    local f, bits = hf[h], (ok[h] and 1 or 0) + ALG.pen.bit(h)
+    local f, bits = hitFlags[h], (ok[h] and 1 or 0) + ALG.pen.bit(h)
     if f % FL2_EXCEEDS >= FL_EXCEEDS and f % FL2_REFUND < FL_REFUND then
       bits = bits + 2
     end
@@ -337,29 +332,30 @@ end
 -- window, 12 a call) plainEntry costs Redis 10% more instructions a decision
 -- (71.7k against 65.1k), the general path 18% more (76.6k).
 local function oneEntry(KEYS, prog, p)
-  local k, L, B, n, fl, C
-  k, L, B, n, fl, p = sunpack(F_HITONE, prog, p)
+  local k, n, fl
+  k, hitLimit[1], hitBurst[1], n, fl, p = sunpack(F_HITONE, prog, p)
   if fl == FL_CEILING then
-    C = sunpack(F_HITCEILING, prog, p + O_TAILCEILING)
+    hitCap[1] = sunpack(F_HITCEILING, prog, p + O_TAILCEILING)
+  else
+    hitCap[1] = nil
   end
   if ox[k] == 0 then
     load(KEYS, k)
   end
-  local A = KA[k]
+  local A = keyAlg[k]
   if A.hit then
-    local r, t = A.hit(k, L, n, B, C)
+    local r, t = A.hit(k, 1, n)
     if r then
       return p + Z_HITTAIL, spack(F_FIRSTSHORT, 1, 1, 0, r, t)
     end
   end
-  local w, N = KW[k], KN[k]
-  local a, b, c = s1[k], s2[k], s3[k]
-  local allowed, retry1 = A.decide(a, b, c, w, L, n, B, N, C)
+  local allowed, retry1 = A.decide(k, 1, n)
   if allowed then
-    a, b, c = A.consume(KEYS[k], a, b, c, w, L, n, 0, B, N)
-    s1[k], s2[k], s3[k], dirty[k] = a, b, c, true
+    first[k] = 1
+    A.consume(k, n, 0)
+    dirty[k] = true
   end
-  local r, t = A.report(a, b, c, w, L, allowed, B, N, C)
+  local r, t = A.report(k, 1, allowed)
   local bit = allowed and 1 or 0
   return p + Z_HITTAIL, spack(F_FIRSTSHORT, bit, bit, retry1, r, t)
 end
@@ -378,7 +374,7 @@ local function plainEntry(KEYS, prog, p, count, nout, e)
   local admitted = true
   for h = 1, count do
     local k, f, C, _
-    k, hL[h], hB[h], hn[h], f, _, C, _, p = sunpack(F_HIT, prog, p)
+    k, hitLimit[h], hitBurst[h], hitN[h], f, _, C, _, p = sunpack(F_HIT, prog, p)
     if (f ~= 0 and f ~= FL_CEILING) or mark[k] == -e then
       return nil
     end
@@ -386,33 +382,33 @@ local function plainEntry(KEYS, prog, p, count, nout, e)
     if f == 0 then
       C = nil
     end
-    hk[h], hC[h] = k, C
+    hitKey[h], hitCap[h] = k, C
     if ox[k] == 0 then
       load(KEYS, k)
     end
-    local A = KA[k]
-    if A.fits and s2[k] + hn[h] <= (C or hL[h]) then
+    local A = keyAlg[k]
+    if A.fits and s2[k] + hitN[h] <= (C or hitLimit[h]) then
       ok[h], retry[h] = true, 0 -- decide's first test, inline
     else
-      ok[h], retry[h] = A.decide(s1[k], s2[k], s3[k], KW[k], hL[h], hn[h], hB[h], KN[k], C)
+      ok[h], retry[h] = A.decide(k, h, hitN[h])
       admitted = admitted and ok[h]
     end
   end
   local a = admitted and 1 or 0
   for h = 1, count do
-    local k, L, B = hk[h], hL[h], hB[h]
-    local A = KA[k]
+    local k = hitKey[h]
+    local A = keyAlg[k]
     local r, t
     if admitted and A.hit then
-      r, t = A.hit(k, L, hn[h], B, hC[h])
+      r, t = A.hit(k, h, hitN[h])
     end
     if not r then
-      local w, N = KW[k], KN[k]
       if admitted then
-        s1[k], s2[k], s3[k] = A.consume(KEYS[k], s1[k], s2[k], s3[k], w, L, hn[h], 0, B, N)
+        first[k] = h
+        A.consume(k, hitN[h], 0)
         dirty[k] = true
       end
-      r, t = A.report(s1[k], s2[k], s3[k], w, L, ok[h], B, N, hC[h])
+      r, t = A.report(k, h, ok[h])
     end
     nout = nout + 1
     if h == 1 then
@@ -527,7 +523,7 @@ local function run(KEYS, ARGV)
   end
   for k = 1, nk do
     if dirty[k] == true then
-      KA[k].store(KEYS[k], KW[k], KN[k], s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k], k)
+      keyAlg[k].store(k, KEYS[k])
     end
   end
   return table.concat(out, '', 1, nout)

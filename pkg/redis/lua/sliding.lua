@@ -4,20 +4,23 @@
 -- is 0). e, the part of window i that has passed, is 0 when window i starts
 -- later than now (the clock stepped back).
 
-local function hashLoad(key)
+local function hashLoad(k, key)
   local v = redis.pcall('HMGET', key, 'i', 'c', 'p')
   if v.err then
     redis.call('DEL', key) -- not a hash
-    return 0, 0, 0, false
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, false
+    return
   elseif not v[1] then
-    return 0, 0, 0, false
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, false
+    return
   end
   local i, c, p = tonumber(v[1]), tonumber(v[2] or 0), tonumber(v[3] or 0)
   if not (i and c and p) or i ~= i or c ~= c or p ~= p then
     redis.call('DEL', key) -- not a counter's numbers
-    return 0, 0, 0, false
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, false
+    return
   end
-  return i, c, p, true
+  o1[k], o2[k], o3[k], ox[k] = i, c, p, true
 end
 
 -- hashSave writes (i, c, p) over the stored (oi, oc, op, exists): only the
@@ -51,19 +54,21 @@ end
 
 -- roll: a state stored in a later window than now's (a failover to a host
 -- whose clock is behind) is kept, seen from the start of its window.
-local function swRoll(i, c, p, w)
-  local idx = idiv(now, w)
+local function swRoll(k)
+  local i, c, p = o1[k], o2[k], o3[k]
+  local idx = idiv(now, keyWindow[k])
   if i == idx or (i > idx and (c ~= 0 or p ~= 0)) then
-    return i, c, p
+    s1[k], s2[k], s3[k] = i, c, p
   elseif i == idx - 1 then
-    return idx, 0, c
+    s1[k], s2[k], s3[k] = idx, 0, c
+  else
+    s1[k], s2[k], s3[k] = idx, 0, 0
   end
-  return idx, 0, 0
 end
 
 -- decide: admit iff p*(W-E) + (c+n)*W <= L*W.
-local function swDecide(at, cur, prev, w, L, n, _, _, C)
-  L = C or L
+local function swDecide(k, h, n)
+  local at, cur, prev, w, L = s1[k], s2[k], s3[k], keyWindow[k], hitCap[h] or hitLimit[h]
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -92,7 +97,8 @@ end
 -- below 0. The undo token is the window index and the hits added to cur; a
 -- refund that reached prev adds the token (i - 1, what prev gained), which
 -- an undo takes back from prev while the estimate counts it.
-local function swConsume(_, i, cur, prev, _, _, inc, dec)
+local function swConsume(k, inc, dec)
+  local i, cur, prev = s1[k], s2[k], s3[k]
   local c = min(cur + inc, MAX)
   local back = min(dec, c)
   c = c - back
@@ -101,13 +107,14 @@ local function swConsume(_, i, cur, prev, _, _, inc, dec)
     nXU = nXU + 2
     XU[nXU - 1], XU[nXU] = i - 1, p - prev
   end
-  return i, c, p, i, c - cur
+  s2[k], s3[k] = c, p
+  return i, c - cur
 end
 
 -- report is remaining (floor(L - estimate), at least 0; computed only for an
 -- allowed hit) and resetAfter.
-local function swReport(at, cur, prev, w, L, allowed, _, _, C)
-  L = C or L
+local function swReport(k, h, allowed)
+  local at, cur, prev, w, L = s1[k], s2[k], s3[k], keyWindow[k], hitCap[h] or hitLimit[h]
   local E = now - at * w
   if E < 0 then
     E = 0
@@ -131,7 +138,8 @@ end
 
 -- store: the TTL is the end of window i+1, after which the counter is empty
 -- (limiter's expires), at most two windows from now.
-local function swStore(key, w, _, i, c, p, oi, oc, op, exists)
+local function swStore(k, key)
+  local i, c, p, oi, oc, op, exists, w = s1[k], s2[k], s3[k], o1[k], o2[k], o3[k], ox[k], keyWindow[k]
   if i == oi and c == oc and p == op and exists then
     return
   end
@@ -145,16 +153,19 @@ end
 -- undo subtracts delta from c while the window index is unchanged, from p
 -- once the window rolled once, and drops it after that (the counter no
 -- longer holds it).
-local function swUndo(_, i, c, p, _, _, idx, delta)
+local function swUndo(k, idx, delta)
+  local i = s1[k]
   if delta == 0 then
-    return i, c, p, 0
+    return 0
   end
   if i == idx then
-    return i, min(max(c - delta, 0), MAX), p, 1
+    s2[k] = min(max(s2[k] - delta, 0), MAX)
+    return 1
   elseif i == idx + 1 then
-    return i, c, min(max(p - delta, 0), MAX), 1
+    s3[k] = min(max(s3[k] - delta, 0), MAX)
+    return 1
   end
-  return i, c, p, 0
+  return 0
 end
 
 

@@ -101,45 +101,42 @@ do -- (in a block: the chunk has at most 200 locals at once)
     return at0, cur, W, t0
   end
 
-  -- parse reads a stored string (false: none; one of another layout: none,
-  -- written over) of key k; run reads every such key of the batch with one
-  -- MGET (see prefetch), load one alone. It keeps k's head (HV..HC).
-  function subParse(v, N, k)
-    if not v then
-      HV[k] = false
-      return 0, 0, '', false
-    end
-    local n = #v
+  -- parse reads a stored string v (false: none; one of another layout:
+  -- none, written over) of key k; run reads every such key of the batch
+  -- with one MGET (see prefetch), load one alone. It keeps k's head (HV..HC).
+  function subParse(k, v)
+    local n = v and #v or 0
     local W = n > 26 and byte(v, n - 1)
-    if not SUBW[W] or n ~= N * W + 26 then
+    if not SUBW[W] or n ~= keySubs[k] * W + 26 then
       HV[k] = false
-      return 0, 0, '', true
+      o1[k], o2[k], o3[k], ox[k] = 0, 0, '', v and true or false
+      return
     end
     local at, total, cur = sunpack('<ddd', v, n - 25)
     HV[k], HA[k], HT[k], HC[k], HW[k] = v, at, total, cur, W
-    return at, total, v, true
+    o1[k], o2[k], o3[k], ox[k] = at, total, v, true
   end
 
-  function subLoad(key, _, N, k)
-    return subParse(redis.call('GET', key), N, k)
+  function subLoad(k, key)
+    subParse(k, redis.call('GET', key))
   end
 
-  -- subHit decides, consumes and reports a plain hit of n on key k (limit L,
-  -- or C for a pool's class; the burst unused) on the commonest paths:
+  -- subHit decides, consumes and reports a plain hit h of n on key k on
+  -- the commonest paths:
   -- admitted, in its stored string's own sub-window, which holds hits
   -- already (changed in place), or the first hit of a later one (subRoll
   -- left the string stale: a new string, subConsume's, whose head it keeps
   -- for store). It returns remaining and reset as decide, consume and
   -- report give them, from the head parse read, or nothing, having changed
   -- nothing, for any other case (the general path's).
-  function subHit(k, L, n, _, C)
+  function subHit(k, h, n)
     local at, v, total = s1[k], s3[k], s2[k]
     local t = total + n
-    L = C or L
+    local L = hitCap[h] or hitLimit[h]
     if v ~= HV[k] or t > L or t > MAX or n == 0 then
       return nil
     end
-    local at0, N = HA[k], KN[k]
+    local at0, N = HA[k], keySubs[k]
     if at ~= at0 then
       local W, cur0 = HW[k], HC[k]
       if cur0 >= 256 ^ W then
@@ -160,7 +157,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
       return nil
     end
     s2[k], dirty[k] = t, true
-    local s = KW[k] / N
+    local s = keyWindow[k] / N
     local e = now - at * s
     if e < 0 then
       e = 0
@@ -173,9 +170,10 @@ do -- (in a block: the chunk has at most 200 locals at once)
   -- at most its total and cur, in place, its TTL unchanged: one SETRANGE of
   -- those 16 bytes, no string of the whole counter made. A string subHit
   -- built is written whole, its newest sub-window its own.
-  function subStore(key, w, N, at, total, v, oat, ototal, ov, exists, k)
-    if v == ov then
-      if total ~= ototal and at == oat then
+  function subStore(k, key)
+    local at, total, v, N = s1[k], s2[k], s3[k], keySubs[k]
+    if v == o3[k] then
+      if total ~= o2[k] and at == o1[k] then
         local n = #v
         local off = SUBFMT[-n] -- SETRANGE's offset of the head's total
         if not off then
@@ -187,7 +185,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
       end
       return
     elseif total == 0 then
-      if exists then
+      if ox[k] then
         redis.call('DEL', key)
       end
       return
@@ -210,7 +208,7 @@ do -- (in a block: the chunk has at most 200 locals at once)
       end
     end
     newest = newest or subNewest(v, N, at, total)
-    redis.call('SET', key, v, 'PX', fmt('%d', (newest + N + 1) * (w / N) - now))
+    redis.call('SET', key, v, 'PX', fmt('%d', (newest + N + 1) * (keyWindow[k] / N) - now))
   end
 
 end
@@ -220,31 +218,31 @@ end
 -- last j is kept with what it was computed from, as a call's counters
 -- mostly share their window and sub-windows.
 local rnow, rw, rN, rj = -1, 0, 0, 0
-local function subRoll(at, total, v, w, N)
+local function subRoll(k)
+  local at, total, v, w, N = o1[k], o2[k], o3[k], keyWindow[k], keySubs[k]
   if now ~= rnow or w ~= rw or N ~= rN then
     rnow, rw, rN, rj = now, w, N, idiv(now, w / N)
   end
   local j = rj
   if at == j or (at > j and total ~= 0) then
-    return at, total, v
+    s1[k], s2[k], s3[k] = at, total, v
+    return
   elseif total == 0 or at > j or j - at > N then
-    return j, 0, ''
+    s1[k], s2[k], s3[k] = j, 0, ''
+    return
   end
   local W = byte(v, #v - 1)
   local r = SUBR[W]
   for i = N - (j - at) + 1, N do
     total = total - sunpack(r, v, (i - 1) * W + 1)
   end
-  if total == 0 then
-    return j, 0, ''
-  end
-  return j, total, v
+  s1[k], s2[k], s3[k] = j, total, total == 0 and '' or v
 end
 
 -- decide admits n iff total + n <= L; otherwise the retry is the time until
 -- enough of the oldest sub-windows have left the estimate.
-local function subDecide(at, total, v, w, L, n, _, N, C)
-  L = C or L
+local function subDecide(k, h, n)
+  local at, total, v, w, N, L = s1[k], s2[k], s3[k], keyWindow[k], keySubs[k], hitCap[h] or hitLimit[h]
   if total + n <= L then
     return true, 0
   end
@@ -327,7 +325,7 @@ end
 -- sub-window still in the estimate, the newest first, never below 0. It
 -- returns the state as consume does, appending an undo token per
 -- sub-window it changed to XU (the sub-window and what it gained).
-local function subRefundOlder(at, v, N, rest, c, cur, dec)
+local function subRefundOlder(k, at, v, N, rest, c, cur, dec)
   local cs = subCounts(at, rest + cur, v, N)
   cs[1] = c
   for i = 2, N + 1 do
@@ -339,10 +337,8 @@ local function subRefundOlder(at, v, N, rest, c, cur, dec)
     end
   end
   local t = rest + c
-  if t == 0 then
-    return at, 0, '', at, c - cur
-  end
-  return at, t, subEncode(at, t, cs, N), at, c - cur
+  s2[k], s3[k] = t, t == 0 and '' or subEncode(at, t, cs, N)
+  return at, c - cur
 end
 
 -- consume: the current sub-window (at) grows by inc, the total saturating at
@@ -351,7 +347,8 @@ end
 -- (subRefundOlder), never below 0. The undo token is the sub-window and what
 -- it gained. A stale string is rewritten at at even when nothing changed
 -- (what consume returns is written, as the Go twin stores it).
-local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
+local function subConsume(k, inc, dec)
+  local at, total, v, N = s1[k], s2[k], s3[k], keySubs[k]
   local at0, cur0, W, cur = at, 0, 1, 0
   if v ~= '' then
     at0, cur0, W = subHead(v, at, total)
@@ -362,7 +359,7 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
   local rest = total - cur
   local c = min(cur + inc, MAX - rest)
   if dec > c and rest > 0 then
-    return subRefundOlder(at, v, N, rest, 0, cur, dec - c)
+    return subRefundOlder(k, at, v, N, rest, 0, cur, dec - c)
   elseif dec >= c then
     c = 0
   else
@@ -373,47 +370,50 @@ local function subConsume(_, at, total, v, _, _, inc, dec, _, N)
     -- Only the total and cur change, and not the newest sub-window
     -- holding hits, so neither does the expiry: store writes the two in
     -- place (subHead).
-    return at, t, v, at, c - cur
+    s2[k] = t
+    return at, c - cur
   elseif t == 0 then
-    return at, 0, '', at, c - cur
+    s2[k], s3[k] = 0, ''
+    return at, c - cur
   end
   salt = (salt + 1) % 256
+  local d = at - at0
   if v == '' then
-    return at, t, spack(subSame(1, N), SUBZERO, at, t, c, 1, salt), at, c - cur
-  elseif at0 == at then
-    return at, t, spack(subSame(W, N), v, at, t, c, W, salt), at, c - cur
+    v = spack(subSame(1, N), SUBZERO, at, t, c, 1, salt)
+  elseif d == 0 then
+    v = spack(subSame(W, N), v, at, t, c, W, salt)
   elseif subWidth(cur0) > W then
     local cs = subCounts(at, total, v, N)
     cs[1] = c
-    return at, t, subEncode(at, t, cs, N), at, c - cur
+    v = subEncode(at, t, cs, N)
+  elseif d == 1 then
+    v = spack(subShift(W, N, d), cur0, v, at, t, c, W, salt)
+  elseif d < N then
+    v = spack(subShift(W, N, d), SUBZERO, cur0, v, at, t, c, W, salt)
+  else
+    v = spack(subShift(W, N, d), SUBZERO, cur0, at, t, c, W, salt)
   end
-  local d = at - at0
-  local f = subShift(W, N, d)
-  if d == 1 then
-    return at, t, spack(f, cur0, v, at, t, c, W, salt), at, c - cur
-  end
-  if d < N then
-    return at, t, spack(f, SUBZERO, cur0, v, at, t, c, W, salt), at, c - cur
-  end
-  return at, t, spack(f, SUBZERO, cur0, at, t, c, W, salt), at, c - cur
+  s2[k], s3[k] = t, v
+  return at, c - cur
 end
 
 -- report: remaining is L - total, at least 0; the reset is the time until
 -- the newest sub-window holding hits leaves the estimate.
-local function subReport(at, total, v, w, L, allowed, _, N, C)
+local function subReport(k, h, allowed)
+  local at, total, N = s1[k], s2[k], keySubs[k]
   local reset = 0
   if total ~= 0 then
-    local s = w / N
+    local s = keyWindow[k] / N
     local e = now - at * s
     if e < 0 then
       e = 0
     end
-    reset = ((N - (at - subNewest(v, N, at, total))) + 1) * s - e
+    reset = ((N - (at - subNewest(s3[k], N, at, total))) + 1) * s - e
   end
   if not allowed then
     return 0, reset
   end
-  local r = (C or L) - total
+  local r = (hitCap[h] or hitLimit[h]) - total
   if r <= 0 then
     return 0, reset
   end
@@ -423,23 +423,22 @@ end
 -- undo subtracts delta from sub-window idx while the estimate counts it,
 -- and puts back what a refund took from a sub-window it emptied. Rare: it
 -- decodes and encodes every slot.
-local function subUndo(_, at, total, v, _, N, idx, delta)
+local function subUndo(k, idx, delta)
+  local at, total, N = s1[k], s2[k], keySubs[k]
   if delta == 0 or idx > at or idx < at - N then
-    return at, total, v, 0
+    return 0
   end
-  local cs = subCounts(at, total, v, N)
+  local cs = subCounts(at, total, s3[k], N)
   local x = at - idx + 1
   local old = cs[x] or 0
   if old == 0 and delta > 0 then
-    return at, total, v, 0
+    return 0
   end
   local c = min(max(old - delta, 0), MAX - (total - old))
   cs[x] = c
   total = total - old + c
-  if total == 0 then
-    return at, 0, '', 1
-  end
-  return at, total, subEncode(at, total, cs, N), 1
+  s2[k], s3[k] = total, total == 0 and '' or subEncode(at, total, cs, N)
+  return 1
 end
 
 register('sliding_window', { load = subLoad, parse = subParse, roll = subRoll, decide = subDecide,

@@ -37,30 +37,34 @@ local function tokenDebt(t, f, d, rp)
   return min(dt * rp + f, MAX)
 end
 
-local function tokenParse(v)
+local function tokenParse(k, v)
   if not v then
-    return 0, 0, 0, false
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, false
+    return
   elseif #v ~= 24 then
-    return 0, 0, 0, true
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, true
+    return
   end
   local t, f, d = sunpack('<ddd', v)
   if t ~= t or f ~= f or d ~= d then
-    return 0, 0, 0, true -- NaN: not a counter
+    o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, true -- NaN: not a counter
+    return
   end
-  return t, f, d, true
+  o1[k], o2[k], o3[k], ox[k] = t, f, d, true
 end
 
-local function tokenLoad(key)
-  return tokenParse(redis.call('GET', key))
+local function tokenLoad(k, key)
+  tokenParse(k, redis.call('GET', key))
 end
 
-local function tokenRoll(t, f, d)
-  return t, f, d
+local function tokenRoll(k)
+  s1[k], s2[k], s3[k] = o1[k], o2[k], o3[k]
 end
 
-local function tokenDecide(t, f, d, w, L, n, B, _, C)
-  local rp, wp, bw = tokenParams(w, L, B, C)
-  local need = tokenDebt(t, f, d, rp) + n * wp
+local function tokenDecide(k, h, n)
+  local w = keyWindow[k]
+  local rp, wp, bw = tokenParams(w, hitLimit[h], hitBurst[h], hitCap[h])
+  local need = tokenDebt(s1[k], s2[k], s3[k], rp) + n * wp
   if need <= bw then
     return true, 0
   end
@@ -86,13 +90,15 @@ local function tokenState(D, rp)
 end
 
 -- consume adds inc tokens of debt (saturating at MAX ticks), then takes dec
--- back, never below a full bucket. The undo token is rp and the debt added.
-local function tokenConsume(_, t, f, d, w, L, inc, dec, B)
-  local rp, wp = tokenParams(w, L, B)
+-- back, never below a full bucket, with the limit and burst of the key's
+-- first hit. The undo token is rp and the debt added.
+local function tokenConsume(k, inc, dec)
+  local h = first[k]
+  local rp, wp = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h])
   if rp == 0 then
-    return t, f, d, 0, 0
+    return 0, 0
   end
-  local D = tokenDebt(t, f, d, rp)
+  local D = tokenDebt(s1[k], s2[k], s3[k], rp)
   local D2 = MAX
   if inc * wp <= MAX - D then
     D2 = D + inc * wp
@@ -102,13 +108,13 @@ local function tokenConsume(_, t, f, d, w, L, inc, dec, B)
   else
     D2 = D2 - dec * wp
   end
-  local nt, nf, nd = tokenState(D2, rp)
-  return nt, nf, nd, rp, D2 - D
+  s1[k], s2[k], s3[k] = tokenState(D2, rp)
+  return rp, D2 - D
 end
 
-local function tokenReport(t, f, d, w, L, allowed, B, _, C)
-  local rp, wp, bw = tokenParams(w, L, B, C)
-  local D = tokenDebt(t, f, d, rp)
+local function tokenReport(k, h, allowed)
+  local rp, wp, bw = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h], hitCap[h])
+  local D = tokenDebt(s1[k], s2[k], s3[k], rp)
   local reset = 0
   if D > 0 then
     reset = idiv(D, rp)
@@ -124,12 +130,13 @@ end
 
 -- store writes (t, f, d) with the TTL of the TAT, or deletes the key for a
 -- full bucket.
-local function tokenStore(key, _, _, t, f, d, ot, of, od, exists)
-  if t == ot and f == of and d == od and exists then
+local function tokenStore(k, key)
+  local t, f, d = s1[k], s2[k], s3[k]
+  if t == o1[k] and f == o2[k] and d == o3[k] and ox[k] then
     return
   end
   if t == 0 and f == 0 and d == 0 then
-    if exists then
+    if ox[k] then
       redis.call('DEL', key)
     end
     return
@@ -143,16 +150,17 @@ end
 
 -- undo takes the debt delta back from a bucket still written with rp (or
 -- empty: a refund may have emptied it).
-local function tokenUndo(_, t, f, d, _, _, rp, delta)
+local function tokenUndo(k, rp, delta)
+  local d = s3[k]
   if delta == 0 or d ~= 0 and d ~= rp then
-    return t, f, d, 0
+    return 0
   end
   local D = 0
   if d ~= 0 then
-    D = tokenDebt(t, f, d, rp)
+    D = tokenDebt(s1[k], s2[k], d, rp)
   end
-  local nt, nf, nd = tokenState(min(max(D - delta, 0), MAX), rp)
-  return nt, nf, nd, 1
+  s1[k], s2[k], s3[k] = tokenState(min(max(D - delta, 0), MAX), rp)
+  return 1
 end
 
 
@@ -162,9 +170,8 @@ register('token_bucket', { load = tokenLoad, parse = tokenParse, roll = tokenRol
   -- bucket's parameters computed once (consume's are report's but for
   -- the capacity, which only decide and report read), or nothing for a
   -- denial or a bucket of no rate (the general path's).
-  hit = function(k, L, n, B, C)
-    local w = KW[k]
-    local rp, wp, bw = tokenParams(w, L, B, C)
+  hit = function(k, h, n)
+    local rp, wp, bw = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h], hitCap[h])
     if rp == 0 then
       return nil
     end
