@@ -78,7 +78,7 @@ type group struct {
 // applyHits decides hits, on the counters keys, in Redis (see Apply) and
 // returns their Results and the entry of the first group (its reply holds
 // a lease's grant). With ask > 0, hits is one hit that asks for ask permits
-// more (lua/run.lua's leases).
+// more (lua/run/run.lua's leases).
 func (d *decider) applyHits(ctx context.Context, hits []limiter.Hit, keys []string, ask uint64) ([]limiter.Result, *entry, error) {
 	dl := budget(ctx, time.Now(), d.timeout)
 	groups, quotaSplit := d.splitKeys(hits, keys)

@@ -29,7 +29,7 @@ const heatSlots = 4096
 
 // leases is the hot-key tier of a Store (the seeds' local + global tier): for
 // a counter that is hot on this instance, the script grants a block of
-// permits from the shared budget at once (lua/run.lua's leases: counted in
+// permits from the shared budget at once (lua/run/run.lua's leases: counted in
 // Redis at once, in the current window or sub-window), and the Store spends
 // them in memory until they run out or that (sub-)window ends, so the fleet
 // total never exceeds the limit. What it costs is fairness: permits this

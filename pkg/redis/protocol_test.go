@@ -67,9 +67,10 @@ func lookup(t *testing.T, name string) any {
 }
 
 // TestScriptParts: the script is the protocol, the header, the algorithms'
-// files and run.lua, in that order, and run.lua, which reads the call's
-// arguments and writes its reply, spells no struct format of its own: it
-// reads the protocol's, so the layout stays defined once.
+// files and the call's path (lua/run/: call.lua, general.lua, run.lua), in
+// that order, and the call's path, which reads the call's arguments and
+// writes its reply, spells no struct format of its own: it reads the
+// protocol's, so the layout stays defined once.
 func TestScriptParts(t *testing.T) {
 	t.Parallel()
 	files, err := fs.Glob(luaFiles, "lua/*.lua")
@@ -87,20 +88,29 @@ func TestScriptParts(t *testing.T) {
 		}
 		return i
 	}
-	header, run := at("lua/header.lua"), at("lua/run.lua")
+	path := []string{"lua/run/call.lua", "lua/run/general.lua", "lua/run/run.lua"}
+	header, run := at("lua/header.lua"), at(path[0])
 	if !strings.HasPrefix(scriptBody, luaProtocol()) || header > run {
-		t.Errorf("the script does not start with the protocol, then lua/header.lua (at %d), and end with lua/run.lua (at %d)", header, run)
+		t.Errorf("the script does not start with the protocol, then lua/header.lua (at %d), and end with the call's path (at %d)", header, run)
 	}
 	for _, f := range files {
-		if i := at(f); f != "lua/header.lua" && f != "lua/run.lua" && (i < header || i > run) {
-			t.Errorf("%s is at %d, not between the header (%d) and run.lua (%d)", f, i, header, run)
+		if i := at(f); f != "lua/header.lua" && (i < header || i > run) {
+			t.Errorf("%s is at %d, not between the header (%d) and the call's path (%d)", f, i, header, run)
 		}
 	}
-	src, err := luaFiles.ReadFile("lua/run.lua")
-	if err != nil {
-		t.Fatal(err)
+	for i, f := range path {
+		if i > 0 && at(f) < at(path[i-1]) {
+			t.Errorf("%s is before %s", f, path[i-1])
+		}
+		src, err := luaFiles.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lit := regexp.MustCompile(`'<[A-Za-z0-9]*'`).FindAllString(string(src), -1); len(lit) > 0 {
+			t.Errorf("%s spells struct formats %q: use the protocol's (protocol.go's layout)", f, lit)
+		}
 	}
-	if lit := regexp.MustCompile(`'<[A-Za-z0-9]*'`).FindAllString(string(src), -1); len(lit) > 0 {
-		t.Errorf("run.lua spells struct formats %q: use the protocol's (protocol.go's layout)", lit)
+	if run, _ := fs.Glob(luaFiles, "lua/run/*.lua"); len(run) != len(path) {
+		t.Errorf("lua/run holds %v, want %v", run, path)
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // The refunds of a Cluster request that one slot denied after others had
-// consumed. Each is one undo entry of the script (lua/run.lua's undoEntry), made
+// consumed. Each is one undo entry of the script (lua/run/general.lua's undoEntry), made
 // idempotent by a marker key, so it is retried until Redis answers it: a
 // refund is never lost to a deadline and never applied twice.
 const (

@@ -17,29 +17,35 @@ import (
 
 // luaFiles holds the script's parts (lua/header.lua says what each does).
 //
-//go:embed lua/*.lua
+//go:embed lua/*.lua lua/run/*.lua
 var luaFiles embed.FS
 
 // scriptBody is the limiter script: luaProtocol, then lua/header.lua, the
-// algorithms' files in name order and lua/run.lua, joined at build time into
-// one chunk (each part's locals are seen by the parts after it).
+// algorithms' files (the rest of lua/*.lua) in name order and the call's
+// path (lua/run/*.lua: call.lua, general.lua, run.lua) in name order,
+// joined at build time into one chunk (each part's locals are seen by the
+// parts after it).
 var scriptBody = joinScript()
 
 // joinScript joins the script's parts.
 func joinScript() string {
-	files, err := fs.Glob(luaFiles, "lua/*.lua")
+	algorithms, err := fs.Glob(luaFiles, "lua/*.lua")
+	if err != nil {
+		panic("redis: " + err.Error()) // the pattern is valid
+	}
+	path, err := fs.Glob(luaFiles, "lua/run/*.lua")
 	if err != nil {
 		panic("redis: " + err.Error()) // the pattern is valid
 	}
 	parts := []string{"lua/header.lua"}
-	for _, f := range files {
-		if f != "lua/header.lua" && f != "lua/run.lua" {
+	for _, f := range algorithms {
+		if f != "lua/header.lua" {
 			parts = append(parts, f) // fs.Glob sorts by name
 		}
 	}
 	var b strings.Builder
 	b.WriteString(luaProtocol())
-	for _, f := range append(parts, "lua/run.lua") {
+	for _, f := range append(parts, path...) {
 		src, err := luaFiles.ReadFile(f)
 		if err != nil {
 			panic("redis: the limiter script's part " + f + " is missing: " + err.Error()) // a build without it

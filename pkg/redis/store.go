@@ -85,7 +85,7 @@ type Options struct {
 // the oldest is slow), and the decisions that arrive
 // meanwhile wait and go together in the next one, one script call per
 // Cluster slot deciding each of them, one after another, each all or
-// nothing on its own (lua/run.lua), the calls to one node in one pipeline.
+// nothing on its own (lua/run/run.lua), the calls to one node in one pipeline.
 // A decision with no call in flight goes at once. So the script's fixed
 // cost and the round trip are paid once per call, not per decision, and a
 // counter that several decisions of a call share is read and written once.
@@ -234,7 +234,7 @@ func (s *Store) Close() error {
 // trip under ctx, and the slots that admitted are refunded exactly what they
 // consumed, in the background: a refund is idempotent (a marker key names
 // it), so it is retried until Redis answers it, for up to RefundHorizon, and
-// never applied twice (see lua/run.lua's undoEntry). Between a slot's consumption
+// never applied twice (see lua/run/general.lua's undoEntry). Between a slot's consumption
 // and its refund other requests see the consumption and may be denied by it;
 // deciding the slots in one fixed order keeps that rare, since a slot only
 // ever sees requests that every earlier slot admitted.

@@ -3,7 +3,8 @@
 -- this order: the protocol (made by protocol.go from its layout table, so
 -- both sides read one definition), this header, every other file of lua/,
 -- one per algorithm named like its Go twin (in name order: any order works,
--- as each registers and binds itself), and run.lua, which decides a call. A
+-- as each registers and binds itself), and the call's path, lua/run/ in name
+-- order (call.lua, general.lua, run.lua), which decides a call. A
 -- file's locals are seen by the files after it.
 --
 -- One call decides a batch: several independent requests (entries) that
