@@ -24,9 +24,11 @@ local function fixedLoad(k, key)
   fixedParse(k, redis.call('GET', key))
 end
 
-local function fixedRoll(k)
+-- fixedRoll rolls key k to window idx (default: the window of now; a
+-- calendar's roll passes its period's start).
+local function fixedRoll(k, idx)
   local i, c = o1[k], o2[k]
-  local idx = idiv(now, keyWindow[k])
+  idx = idx or idiv(now, keyWindow[k])
   if i == idx or (i > idx and c ~= 0) then
     s1[k], s2[k], s3[k] = i, c, 0
   else

@@ -46,13 +46,7 @@ function CAL.left(B, at)
 end
 
 function CAL.roll(k)
-  local i, c = o1[k], o2[k]
-  local st = CAL.start(keySubs[k])
-  if i == st or (i > st and c ~= 0) then
-    s1[k], s2[k], s3[k] = i, c, 0
-  else
-    s1[k], s2[k], s3[k] = st, 0, 0
-  end
+  fixedRoll(k, CAL.start(keySubs[k]))
 end
 
 function CAL.decide(k, h, n)

@@ -37,6 +37,19 @@ local function tokenDebt(t, f, d, rp)
   return min(dt * rp + f, MAX)
 end
 
+-- tokenReset is the whole milliseconds until a debt D (rp a millisecond)
+-- is paid: D / rp rounded up, 0 with no debt.
+local function tokenReset(D, rp)
+  if D <= 0 then
+    return 0
+  end
+  local r = idiv(D, rp)
+  if r * rp < D then
+    return r + 1
+  end
+  return r
+end
+
 local function tokenParse(k, v)
   if not v then
     o1[k], o2[k], o3[k], ox[k] = 0, 0, 0, false
@@ -115,13 +128,7 @@ end
 local function tokenReport(k, h, allowed)
   local rp, wp, bw = tokenParams(keyWindow[k], hitLimit[h], hitBurst[h], hitCap[h])
   local D = tokenDebt(s1[k], s2[k], s3[k], rp)
-  local reset = 0
-  if D > 0 then
-    reset = idiv(D, rp)
-    if reset * rp < D then
-      reset = reset + 1
-    end
-  end
+  local reset = tokenReset(D, rp)
   if not allowed or D >= bw then
     return 0, reset
   end
@@ -186,13 +193,7 @@ register('token_bucket', { load = tokenLoad, parse = tokenParse, roll = tokenRol
     local t, f, d = tokenState(D2, rp)
     s1[k], s2[k], s3[k], dirty[k] = t, f, d, true
     D = tokenDebt(t, f, d, rp)
-    local reset = 0
-    if D > 0 then
-      reset = idiv(D, rp)
-      if reset * rp < D then
-        reset = reset + 1
-      end
-    end
+    local reset = tokenReset(D, rp)
     if D >= bw then
       return 0, reset
     end
