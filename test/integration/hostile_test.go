@@ -272,7 +272,7 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 	before := metrics(t, s)
 	const n = 10
 	var atOnce int // failure mode answers, each before its call's deadline
-	var late int   // 50 ms calls the client saw end at its deadline
+	var late int   // calls the client saw end at their deadline
 	for _, d := range []time.Duration{time.Millisecond, 50 * time.Millisecond} {
 		got := map[codes.Code]int{}
 		for range n {
@@ -284,9 +284,7 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 			got[status.Code(err)]++
 			switch {
 			case status.Code(err) == codes.DeadlineExceeded:
-				if d > time.Millisecond {
-					late++
-				}
+				late++
 			case err == nil && resp.GetStatuses()[0].GetLimitRemaining() == 0 && took < d:
 				atOnce++ // the failure mode (allow), before the deadline
 			default:
@@ -325,7 +323,8 @@ func TestDeadlineShorterThanStoreTimeout(t *testing.T) {
 	// The server answers by the failure mode only before the caller's
 	// deadline (a margin before it): such an answer may still reach a
 	// client on a loaded host after its deadline, which then sees
-	// DeadlineExceeded, so the 50 ms calls seen late bound the difference.
+	// DeadlineExceeded (a 1 ms call answered at once by the failure mode
+	// can arrive after 1 ms), so the calls seen late bound the difference.
 	if a, b := failureAnswers(after, "chaos_allow", "allow"), failureAnswers(before, "chaos_allow", "allow"); int(a-b) < atOnce || int(a-b) > atOnce+late {
 		t.Errorf("failure mode answered %v times, want %d to %d (those at once, and those the server sent before a deadline the client saw pass)", a-b, atOnce, atOnce+late)
 	}
